@@ -1,0 +1,10 @@
+.PHONY: demo test lint bench
+
+demo:  ## the main job on embedded defaults
+	bash scripts/demo.sh
+
+test:  ## the whole test suite (what CI runs)
+	bash scripts/test.sh
+
+lint:
+	bash -c 'venv=$$(scripts/bootstrap.sh) && $$venv/bin/ruff check services tests bench && $$venv/bin/ruff format --check services tests bench'

@@ -1,0 +1,127 @@
+"""Decode parameters of a clip, their defaults, validation, and the content-addressed clip key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from services.common.families import FamilyName, get_family
+
+# Bump when sampling or resizing changes in a way that changes stored frames: every key changes.
+SAMPLING_VERSION = "qwen-vl-utils-0.0.14/1"
+
+# qwen-vl-utils 0.0.14 defaults (vision_process.py), expressed per merged patch ("token").
+FRAME_FACTOR = 2
+DEFAULT_FPS = 2.0
+DEFAULT_MIN_FRAMES = 4
+DEFAULT_MAX_FRAMES = 768
+VIDEO_MIN_TOKENS = 128
+VIDEO_MAX_TOKENS = 768
+MODEL_SEQ_LEN = 128_000
+
+
+class VideoParams(BaseModel):
+    """How a video becomes model-ready frames. ``None`` budgets take the family's reference default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: FamilyName = FamilyName.qwen2_5_vl
+    fps: float | None = Field(default=DEFAULT_FPS, gt=0, le=240)
+    nframes: int | None = Field(default=None, ge=FRAME_FACTOR)
+    min_frames: int = Field(default=DEFAULT_MIN_FRAMES, ge=1)
+    max_frames: int = Field(default=DEFAULT_MAX_FRAMES, ge=FRAME_FACTOR)
+    min_pixels: int | None = Field(default=None, gt=0)
+    max_pixels: int | None = Field(default=None, gt=0)
+    total_pixels: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> VideoParams:
+        if self.nframes is not None and self.fps is not None:
+            raise ValueError("give either fps or nframes, not both (set fps to null to use nframes)")
+        if self.nframes is None and self.fps is None:
+            raise ValueError("one of fps or nframes is required")
+        if self.min_frames > self.max_frames:
+            raise ValueError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})")
+        patch = self.factor**2
+        for name in ("min_pixels", "max_pixels", "total_pixels"):
+            value = getattr(self, name)
+            if value is not None and value < patch:
+                raise ValueError(
+                    f"{name}={value} is below one {self.factor}x{self.factor} patch ({patch} pixels) "
+                    f"for family {self.family.value}"
+                )
+        if self.max_pixels is not None and self.max_pixels < self.resolved_min_pixels:
+            raise ValueError(
+                f"max_pixels ({self.max_pixels}) is below min_pixels ({self.resolved_min_pixels}"
+                f"{'' if self.min_pixels else ', the family default'}); lower min_pixels too"
+            )
+        return self
+
+    @property
+    def factor(self) -> int:
+        return get_family(self.family).factor
+
+    @property
+    def resolved_min_pixels(self) -> int:
+        return self.min_pixels if self.min_pixels is not None else VIDEO_MIN_TOKENS * self.factor**2
+
+    @property
+    def resolved_total_pixels(self) -> float:
+        # Always a float, so a stored and a given budget serialise (and hash) the same way.
+        if self.total_pixels is not None:
+            return float(self.total_pixels)
+        return MODEL_SEQ_LEN * self.factor**2 * 0.9
+
+    def canonical(self) -> dict[str, Any]:
+        """Every parameter that decides the frames, defaults resolved: the identity of a clip."""
+        fam = get_family(self.family)
+        return {
+            "family": fam.name.value,
+            "patch_size": fam.patch_size,
+            "merge_size": fam.merge_size,
+            "temporal_patch_size": fam.temporal_patch_size,
+            "fps": self.fps,
+            "nframes": self.nframes,
+            "min_frames": self.min_frames,
+            "max_frames": self.max_frames,
+            "min_pixels": self.resolved_min_pixels,
+            "max_pixels": self.max_pixels,
+            "total_pixels": self.resolved_total_pixels,
+            "sampling_version": SAMPLING_VERSION,
+        }
+
+    @classmethod
+    def from_canonical(cls, canonical: dict[str, Any]) -> VideoParams:
+        """Rebuild params from a stored ``canonical()`` dict (resolved defaults given explicitly)."""
+        fields = {k: canonical[k] for k in cls.model_fields if k in canonical}
+        params = cls.model_validate(fields)
+        if canonical_json(params.canonical()) != canonical_json(canonical):
+            raise ValueError(f"stored parameters {canonical} do not round-trip (sampling version changed?)")
+        return params
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> VideoParams:
+        """These params with a sample's ``video_params`` applied (validated like the originals)."""
+        if not overrides:
+            return self
+        merged = self.model_dump()
+        merged.update(overrides)
+        return VideoParams.model_validate(merged)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def clip_key(content_hash: str, params: VideoParams) -> str:
+    """Key of a clip: the video's content hash plus every decode parameter (hex sha256)."""
+    payload = canonical_json({"content": content_hash, "params": params.canonical()})
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def diff_params(stored: dict[str, Any], expected: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Fields whose stored value differs from the expected one: name → (stored, expected)."""
+    names = sorted(set(stored) | set(expected))
+    return {n: (stored.get(n), expected.get(n)) for n in names if stored.get(n) != expected.get(n)}

@@ -1,0 +1,157 @@
+"""The frame store: content-addressed clip directories under one root, read by every service.
+
+Layout ``<root>/<k[0:2]>/<k[2:4]>/<key>/`` holding ``frames.npy`` (uint8 T×H×W×3, memory-mappable)
+and ``meta.json``. An entry is written in ``<root>/.tmp`` and renamed into place, so a reader sees a
+whole entry or none.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.common.frames.hashing import content_hash
+from services.common.frames.params import VideoParams, clip_key, diff_params
+from services.common.frames.pipeline import DEFAULT_DECODERS, decode_clip
+
+FRAMES_FILE = "frames.npy"
+META_FILE = "meta.json"
+
+
+class CacheMode(enum.StrEnum):
+    prefer_cached = "prefer_cached"  # load if stored, else decode with the same code
+    cached_only = "cached_only"  # a missing clip is an error
+    realtime_only = "realtime_only"  # always decode (the baseline the cache is measured against)
+
+
+class ClipNotCached(LookupError):
+    pass
+
+
+class ParamsMismatch(ValueError):
+    pass
+
+
+class FrameStore:
+    def __init__(
+        self, root: str | Path, decoders: tuple[str, ...] = DEFAULT_DECODERS, threads: int = 1
+    ) -> None:
+        self.root = Path(root)
+        self.decoders = tuple(decoders)
+        self.threads = threads
+
+    @classmethod
+    def from_settings(cls) -> FrameStore:
+        from services.common.settings import get_settings
+
+        s = get_settings()
+        return cls(s.resolved_frame_root, tuple(s.decoders), s.decode_threads)
+
+    def path_for(self, key: str) -> Path:
+        return self.root / key[0:2] / key[2:4] / key
+
+    def has(self, key: str) -> bool:
+        return (self.path_for(key) / META_FILE).is_file()
+
+    def put(self, key: str, frames: torch.Tensor | np.ndarray, meta: dict[str, Any]) -> Path:
+        """Store a clip atomically; if another writer got there first, keep theirs."""
+        final = self.path_for(key)
+        if self.has(key):
+            return final
+        array = frames.numpy() if isinstance(frames, torch.Tensor) else frames
+        if array.dtype != np.uint8 or array.ndim != 4 or array.shape[-1] != 3:
+            raise ValueError(
+                f"clip {key}: frames must be uint8 (T, H, W, 3), got {array.dtype} {array.shape}"
+            )
+        tmp_root = self.root / ".tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=tmp_root))
+        try:
+            np.save(tmp / FRAMES_FILE, np.ascontiguousarray(array))
+            entry = {**meta, "key": key, "nbytes": int(array.nbytes), "shape": list(array.shape)}
+            (tmp / META_FILE).write_text(json.dumps(entry, indent=1))
+            for name in (FRAMES_FILE, META_FILE):
+                with open(tmp / name, "rb") as fh:
+                    os.fsync(fh.fileno())
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not self.has(key):
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def load(
+        self, key: str, expect: VideoParams | dict[str, Any] | None = None, *, mmap: bool = True
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Frames (T, H, W, 3) uint8 and metadata of a stored clip.
+
+        With ``expect``, the stored decode parameters must equal it; otherwise ParamsMismatch names
+        every differing field (a clip decoded under other settings is never used silently).
+        """
+        entry = self.path_for(key)
+        try:
+            meta = json.loads((entry / META_FILE).read_text())
+        except FileNotFoundError:
+            raise ClipNotCached(f"clip {key} is not in the frame store at {self.root}") from None
+        if expect is not None:
+            wanted = expect.canonical() if isinstance(expect, VideoParams) else dict(expect)
+            diff = diff_params(meta["params"], wanted)
+            if diff:
+                detail = ", ".join(f"{k}: stored {a!r} != requested {b!r}" for k, (a, b) in diff.items())
+                raise ParamsMismatch(f"clip {key} was decoded with other parameters ({detail})")
+        # copy-on-write mapping: pages are shared between processes through the page cache.
+        array = np.load(entry / FRAMES_FILE, mmap_mode="c" if mmap else None)
+        return torch.from_numpy(array), meta
+
+    def get(
+        self,
+        path: str | Path,
+        params: VideoParams,
+        mode: CacheMode = CacheMode.prefer_cached,
+        *,
+        source_hash: str | None = None,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Frames of the video at ``path`` under ``params``, from the store or decoded, per ``mode``."""
+        mode = CacheMode(mode)
+        if mode is not CacheMode.realtime_only:
+            source_hash = source_hash or content_hash(Path(path))
+            key = clip_key(source_hash, params)
+            try:
+                return self.load(key, params)
+            except ClipNotCached:
+                if mode is CacheMode.cached_only:
+                    raise ClipNotCached(
+                        f"clip {key} of {path} is not cached (mode cached_only); run `reelrl preprocess` first"
+                    ) from None
+        frames, meta = decode_clip(path, params, decoders=self.decoders, threads=self.threads)
+        return frames, meta
+
+    def keys(self) -> list[str]:
+        return [p.parent.name for p in self.root.glob(f"??/??/*/{META_FILE}")]
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.root.glob(f"??/??/*/{FRAMES_FILE}"))
+
+    def sweep_tmp(self, older_than_s: float = 3600.0) -> int:
+        """Remove partial entries left by killed writers; returns how many."""
+        tmp_root = self.root / ".tmp"
+        removed = 0
+        if tmp_root.is_dir():
+            cutoff = time.time() - older_than_s
+            for p in tmp_root.iterdir():
+                if p.stat().st_mtime < cutoff:
+                    shutil.rmtree(p, ignore_errors=True)
+                    removed += 1
+        return removed

@@ -1,0 +1,59 @@
+"""Synthetic test videos (H.264 and friends via PyAV): moving shapes, so sampled frames differ."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+
+
+def synthetic_frame(i: int, height: int, width: int, fps: float) -> np.ndarray:
+    """Frame ``i``: a colour gradient drifting with time plus a square crossing the frame."""
+    t = i / fps
+    y = np.arange(height, dtype=np.float32)[:, None]
+    x = np.arange(width, dtype=np.float32)[None, :]
+    img = np.empty((height, width, 3), dtype=np.uint8)
+    img[..., 0] = ((x / max(width - 1, 1)) * 255 + t * 40) % 256
+    img[..., 1] = ((y / max(height - 1, 1)) * 255 + t * 25) % 256
+    img[..., 2] = ((x + y) / 4 + i * 3) % 256
+    side = max(4, min(height, width) // 5)
+    cx = int((t * 0.2 % 1.0) * (width - side))
+    cy = (height - side) // 2
+    img[cy : cy + side, cx : cx + side] = (255, 255, 255)
+    return img
+
+
+def make_video(
+    path: str | Path,
+    seconds: float = 2.0,
+    fps: int = 30,
+    width: int = 320,
+    height: int = 240,
+    *,
+    codec: str = "libx264",
+    gop_seconds: float | None = 1.0,
+    crf: int = 23,
+) -> Path:
+    """Write a synthetic clip (default H.264 mp4, keyframe every second) atomically to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    n = round(seconds * fps)
+    with av.open(str(tmp), mode="w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuv420p"
+        if gop_seconds:
+            stream.codec_context.gop_size = max(1, int(gop_seconds * fps))
+        if codec == "libx264":
+            stream.options = {"crf": str(crf), "preset": "veryfast"}
+        for i in range(n):
+            frame = av.VideoFrame.from_ndarray(synthetic_frame(i, height, width, fps), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,104 @@
+"""Reading dataset rows and resolving their video paths safely; writing results atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class InputError(ValueError):
+    """A row or a path that cannot be used; the message names the row and the reason."""
+
+
+@dataclass
+class Row:
+    line: int
+    data: dict[str, Any]
+    error: str | None = None
+    videos: list[str] = field(default_factory=list)
+
+
+def read_rows(path: Path) -> list[Row]:
+    """JSONL rows with their video lists. Bad lines become rows with an error, never an abort."""
+    rows: list[Row] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                rows.append(Row(n, {"_line": line.rstrip("\n")}, f"line {n}: invalid JSON ({exc.msg})"))
+                continue
+            if not isinstance(data, dict):
+                rows.append(Row(n, {"_line": data}, f"line {n}: a row must be a JSON object"))
+                continue
+            rows.append(_with_videos(n, data))
+    return rows
+
+
+def _with_videos(n: int, data: dict[str, Any]) -> Row:
+    videos = data.get("videos")
+    if videos is None and data.get("data_type") == "video" and isinstance(data.get("path"), str):
+        videos = [data["path"]]  # Video-R1 / EasyVideoR1 rows keep the video in `path`
+    if videos is None:
+        return Row(n, data)
+    if not isinstance(videos, list) or not all(isinstance(v, str) and v for v in videos):
+        return Row(n, data, f"line {n}: `videos` must be a list of non-empty paths")
+    return Row(n, data, videos=list(videos))
+
+
+def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path]) -> Path:
+    """The file a row's video path names. With data roots configured it must lie inside one."""
+    given = Path(raw)
+    if data_roots:
+        roots = [r.resolve() for r in data_roots]
+        candidates = [given] if given.is_absolute() else [root / given for root in roots]
+        existing = [c.resolve() for c in candidates if c.exists()]
+        for path in existing:
+            if any(path.is_relative_to(root) for root in roots):
+                return _check_file(raw, path)
+        if existing:
+            raise InputError(
+                f"{raw}: resolves to {existing[0]}, outside the data roots {[str(r) for r in roots]}"
+            )
+        raise InputError(f"{raw}: file not found under the data roots {[str(r) for r in roots]}")
+    path = (given if given.is_absolute() else dataset_dir / given).resolve()
+    if not path.exists():
+        raise InputError(f"{raw}: file not found ({path})")
+    return _check_file(raw, path)
+
+
+def _check_file(raw: str, path: Path) -> Path:
+    if not path.is_file():
+        raise InputError(f"{raw}: not a regular file ({path})")
+    if path.stat().st_size == 0:
+        raise InputError(f"{raw}: file is empty (0 bytes)")
+    return path
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    """Write rows to ``path`` via a temp file and rename; returns the row count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def failed_path(out: Path) -> Path:
+    """``OUT.jsonl`` → ``OUT.failed.jsonl``."""
+    return out.with_name(f"{out.stem}.failed{out.suffix or '.jsonl'}")

@@ -1,0 +1,180 @@
+"""`reelrl preprocess`: register every video of a dataset, queue its clips, wait, write the results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from services.common.celery_app import make_celery
+from services.common.db import ClipStatus, session_scope
+from services.common.frames import VideoParams, clip_key
+from services.common.frames.hashing import content_hash
+from services.common.frames.index import register_asset, request_clip, statuses
+from services.common.settings import Settings, get_settings
+from services.preprocess.dataset import (
+    InputError,
+    Row,
+    failed_path,
+    read_rows,
+    resolve_video,
+    write_jsonl_atomic,
+)
+from services.preprocess.local_workers import LocalWorkers
+from services.preprocess.tasks import CLIP_TASK
+
+TERMINAL = {ClipStatus.ready, ClipStatus.failed}
+
+
+@dataclass
+class PreprocessReport:
+    samples: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    clips: int = 0
+    cached: int = 0  # clips already in the store when the command started
+    decoded: int = 0
+    clip_failures: int = 0
+    elapsed_s: float = 0.0
+    out: Path | None = None
+    failed_out: Path | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+ProgressFn = Callable[[int, int], None]  # (finished clips, total clips)
+
+
+def _plan(rows: list[Row], dataset_dir: Path, base: VideoParams, settings: Settings) -> dict[int, list]:
+    """Per row: a list of (video_path, params, key) or an error string, hashing each file once."""
+    hashes: dict[tuple[Path, int, int], str] = {}
+    plan: dict[int, list] = {}
+    for i, row in enumerate(rows):
+        if row.error:
+            continue
+        try:
+            params = base.with_overrides(row.data.get("video_params"))
+        except ValidationError as exc:
+            row.error = f"line {row.line}: invalid video_params: {_one_line(exc)}"
+            continue
+        items = []
+        for raw in row.videos:
+            try:
+                path = resolve_video(raw, dataset_dir, settings.data_roots)
+            except InputError as exc:
+                row.error = f"line {row.line}: {exc}"
+                break
+            st = path.stat()
+            stamp = (path, st.st_size, st.st_mtime_ns)
+            if stamp not in hashes:
+                hashes[stamp] = content_hash(path)
+            items.append((path, params, clip_key(hashes[stamp], params), hashes[stamp], st.st_size))
+        if row.error is None:
+            plan[i] = items
+    return plan
+
+
+def _one_line(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+
+
+def run_preprocess(
+    dataset: Path,
+    out: Path,
+    params: VideoParams,
+    *,
+    workers: int = 1,
+    timeout_s: float | None = None,
+    progress: ProgressFn | None = None,
+    settings: Settings | None = None,
+) -> PreprocessReport:
+    """Preprocess every video of ``dataset``; OUT gets the rows plus ``clips``, failures a side file.
+
+    ``workers`` > 0 starts that many local worker processes for the run; 0 relies on workers that
+    are already consuming the broker's ``preprocess`` queue (`reelrl worker preprocess`).
+    """
+    settings = settings or get_settings()
+    started = time.monotonic()
+    report = PreprocessReport()
+    rows = read_rows(dataset)
+    report.samples = len(rows)
+    plan = _plan(rows, dataset.resolve().parent, params, settings)
+
+    keys: list[str] = []
+    with session_scope() as session:
+        for items in plan.values():
+            for path, p, key, chash, size in items:
+                asset = register_asset(session, chash, size, str(path))
+                session.flush()
+                clip = request_clip(session, key, asset, p.canonical())
+                if key not in keys:
+                    keys.append(key)
+                    if clip.status == ClipStatus.ready:
+                        report.cached += 1
+    report.clips = len(keys)
+
+    celery = make_celery(settings)
+    state = _wait_all(celery, keys, workers, settings, timeout_s, progress)
+    report.decoded = sum(1 for k in keys if state[k][0] == ClipStatus.ready) - report.cached
+    report.clip_failures = sum(1 for k in keys if state[k][0] == ClipStatus.failed)
+
+    ok_rows, bad_rows = [], []
+    for i, row in enumerate(rows):
+        if row.error is None and i in plan:
+            errors = [
+                f"{path}: {state[key][1]}"
+                for path, _, key, _, _ in plan[i]
+                if state[key][0] != ClipStatus.ready
+            ]
+            if errors:
+                row.error = f"line {row.line}: " + "; ".join(errors)
+        if row.error is None:
+            ok_rows.append({**row.data, "clips": [key for _, _, key, _, _ in plan.get(i, [])]})
+        else:
+            bad_rows.append({**row.data, "error": row.error})
+            report.errors.append(row.error)
+    report.succeeded = write_jsonl_atomic(out, ok_rows)
+    report.failed = len(bad_rows)
+    report.out = out
+    report.failed_out = failed_path(out)
+    if bad_rows:
+        write_jsonl_atomic(report.failed_out, bad_rows)
+    else:
+        report.failed_out.unlink(missing_ok=True)
+    report.elapsed_s = time.monotonic() - started
+    return report
+
+
+def _wait_all(celery, keys, workers, settings, timeout_s, progress):
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    sent: dict[str, float] = {}
+    with LocalWorkers(workers, queue="preprocess") as pool:
+        while True:
+            pool.check_alive()
+            with session_scope() as session:
+                state = statuses(session, keys)
+            now_wall = datetime.now(UTC)
+            now = time.monotonic()
+            for key in keys:
+                status, _, lease = state[key]
+                orphaned = status == ClipStatus.running and lease is not None and lease < now_wall
+                stale = status == ClipStatus.queued and now - sent.get(key, -1e9) > settings.clip_lease_s * 4
+                # Queue once, and again only if the clip looks abandoned: a broker without
+                # redelivery (the embedded one) or a lost message must not stall the batch.
+                # Duplicates are harmless: the claim lets one worker decode.
+                if (key not in sent and status == ClipStatus.queued) or orphaned or (key in sent and stale):
+                    celery.send_task(CLIP_TASK, args=[key], queue="preprocess")
+                    sent[key] = now
+            done = sum(1 for k in keys if state[k][0] in TERMINAL)
+            if progress:
+                progress(done, len(keys))
+            if done == len(keys):
+                return state
+            if deadline is not None and now > deadline:
+                raise TimeoutError(
+                    f"{len(keys) - done} of {len(keys)} clips unfinished after {timeout_s:g} s"
+                )
+            time.sleep(0.25)

@@ -1,0 +1,130 @@
+"""What a preprocessing worker does for one clip key: claim, decode, store, record. Idempotent."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.db import session_scope
+from services.common.frames import DecodeError, DecodeTimeout, FrameStore, VideoParams, clip_key, decode_clip
+from services.common.frames.hashing import content_hash
+from services.common.frames.index import Claim, claim_clip, complete_clip, fail_clip, renew_lease
+from services.common.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClipOutcome:
+    key: str
+    outcome: str  # ready | failed | missing
+    error: str | None = None
+    # The decoder hung: its thread cannot be stopped, so the process should be replaced.
+    recycle_process: bool = False
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+class _Lease:
+    """Renews the clip's lease in the background while the clip is being decoded."""
+
+    def __init__(self, key: str, worker: str, settings: Settings) -> None:
+        self._key, self._worker, self._settings = key, worker, settings
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{key[:8]}", daemon=True)
+
+    def _run(self) -> None:
+        period = max(self._settings.clip_lease_s / 3, 0.2)
+        while not self._stop.wait(period):
+            with session_scope() as session:
+                if not renew_lease(session, self._key, self._worker, self._settings.clip_lease_s):
+                    return
+
+    def __enter__(self) -> _Lease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _source_path(paths: list[str], expected_hash: str) -> Path:
+    """A known path of the asset that still holds the same bytes."""
+    reasons = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_file():
+            reasons.append(f"{raw}: missing")
+            continue
+        if content_hash(path) != expected_hash:
+            reasons.append(f"{raw}: content changed since it was queued")
+            continue
+        return path
+    raise DecodeError("no usable source file: " + "; ".join(reasons))
+
+
+def process_clip(key: str, *, settings: Settings | None = None, worker: str | None = None) -> ClipOutcome:
+    settings = settings or get_settings()
+    worker = worker or worker_id()
+    store = FrameStore.from_settings()
+    deadline = time.monotonic() + settings.task_soft_time_limit_s
+    with session_scope() as session:
+        while True:
+            claim = claim_clip(session, key, worker, settings.clip_lease_s, settings.clip_max_attempts)
+            if claim.outcome is not Claim.busy or time.monotonic() > deadline:
+                break
+            # Someone else holds it: wait for them to finish or for their lease to lapse.
+            time.sleep(min(1.0, settings.clip_lease_s / 3))
+        if claim.outcome is Claim.busy:
+            raise TimeoutError(f"clip {key} stayed claimed by {claim.clip.worker} past the task's time limit")
+        if claim.outcome is not Claim.claimed:
+            error = claim.clip.error if claim.clip is not None else "no such clip"
+            return ClipOutcome(key, claim.outcome.value, error)
+        clip = claim.clip
+        asset = clip.asset
+        params = VideoParams.from_canonical(clip.params)
+        if clip_key(asset.content_hash, params) != key:
+            fail_clip(session, key, worker, "index row is inconsistent: key does not match its params")
+            return ClipOutcome(key, "failed", "inconsistent index row")
+        paths, source_hash = list(asset.paths), asset.content_hash
+
+    recycle = False
+    try:
+        with _Lease(key, worker, settings):
+            if store.has(key):  # stored by a worker that died before recording it
+                _, meta = store.load(key, params)
+            else:
+                source = _source_path(paths, source_hash)
+                t0 = time.perf_counter()
+                frames, meta = decode_clip(
+                    source,
+                    params,
+                    decoders=settings.decoders,
+                    threads=settings.decode_threads,
+                    timeout_s=settings.decode_timeout_s,
+                )
+                meta["source_hash"], meta["source_path"] = source_hash, str(source)
+                t1 = time.perf_counter()
+                store.put(key, frames, meta)
+                meta["timings"]["write_s"] = time.perf_counter() - t1
+                meta["timings"]["total_s"] = time.perf_counter() - t0
+        nbytes = meta["num_frames"] * meta["height"] * meta["width"] * 3
+        with session_scope() as session:
+            complete_clip(session, key, worker, meta, nbytes)
+        return ClipOutcome(key, "ready")
+    except DecodeTimeout as exc:
+        error, recycle = str(exc), True
+    except (DecodeError, ValueError) as exc:
+        error = str(exc)
+    log.warning("clip %s failed: %s", key, error)
+    with session_scope() as session:
+        fail_clip(session, key, worker, error)
+    return ClipOutcome(key, "failed", error, recycle_process=recycle)
