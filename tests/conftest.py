@@ -41,24 +41,35 @@ def reelrl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """A private schema in the running Postgres, dropped after the session."""
+def postgres_admin():
     if not _reachable("127.0.0.1", 5432):
         pytest.fail("Postgres is not reachable on 127.0.0.1:5432 (scripts/test.sh starts it)")
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import create_engine
+
+    engine = create_engine(PG_BASE)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_admin) -> str:
+    """A private, empty schema in the running Postgres for one test, dropped afterwards."""
+    from sqlalchemy import text
 
     schema = f"reelrl_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_BASE)
-    with admin.begin() as conn:
+    with postgres_admin.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     yield f"{PG_BASE}?options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
+    from services.common.db.engine import dispose_engines
+
+    dispose_engines()
+    with postgres_admin.begin() as conn:
         conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def redis_url() -> str:
+    """A Redis database emptied before and after the test."""
     if not _reachable("127.0.0.1", 6379):
         pytest.fail("Redis is not reachable on 127.0.0.1:6379 (scripts/test.sh starts it)")
     import redis
@@ -67,10 +78,13 @@ def redis_url() -> str:
     client.flushdb()
     yield REDIS_BASE
     client.flushdb()
+    client.close()
 
 
 @pytest.fixture
-def services_env(reelrl_home: Path, postgres_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+def services_env(
+    reelrl_home: Path, postgres_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """Production wiring: Postgres index, Redis broker, frame root under the test home."""
     monkeypatch.setenv("REELRL_DATABASE_URL", postgres_url)
     monkeypatch.setenv("REELRL_BROKER_URL", redis_url)

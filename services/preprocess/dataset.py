@@ -102,3 +102,9 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 def failed_path(out: Path) -> Path:
     """``OUT.jsonl`` → ``OUT.failed.jsonl``."""
     return out.with_name(f"{out.stem}.failed{out.suffix or '.jsonl'}")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """All rows of a JSONL file (strict: for files this project wrote)."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

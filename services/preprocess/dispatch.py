@@ -78,7 +78,11 @@ def _plan(rows: list[Row], dataset_dir: Path, base: VideoParams, settings: Setti
 
 
 def _one_line(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+    parts = []
+    for e in exc.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{'.'.join(map(str, e['loc']))}: {msg}" if e["loc"] else msg)
+    return "; ".join(parts)
 
 
 def run_preprocess(

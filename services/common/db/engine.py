@@ -18,6 +18,8 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 _engines: dict[str, Engine] = {}
 _migrated: set[str] = set()
 _lock = threading.Lock()
+# Alembic's `context` is module-global state: one migration at a time per process.
+_migrate_lock = threading.Lock()
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -60,12 +62,14 @@ def ensure_schema(url: str | None = None) -> Engine:
     key = str(engine.url)
     if key in _migrated:
         return engine
-    cfg = Config()
-    cfg.set_main_option("script_location", str(_MIGRATIONS))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-    _migrated.add(key)
+    with _migrate_lock:
+        if key not in _migrated:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(_MIGRATIONS))
+            with engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            _migrated.add(key)
     return engine
 
 
