@@ -10,7 +10,9 @@ from services.common.frames.synthetic import make_video
 
 @pytest.fixture(scope="module")
 def av1(tmp_path_factory):
-    return make_video(tmp_path_factory.mktemp("av1") / "clip.mp4", seconds=2, width=160, height=120, codec="libsvtav1")
+    return make_video(
+        tmp_path_factory.mktemp("av1") / "clip.mp4", seconds=2, width=160, height=120, codec="libsvtav1"
+    )
 
 
 def test_fallback_decodes_what_decord_cannot(av1):
@@ -66,7 +68,7 @@ def test_hanging_decoder_times_out(video_dir):
     register_decoder("test-hang")(Hangs)
     try:
         started = time.monotonic()
-        with pytest.raises(DecodeTimeout, match="did not finish within 0.5 s"):
+        with pytest.raises(DecodeTimeout, match=r"did not finish within 0\.5 s"):
             decode_clip(video_dir / "short.mp4", VideoParams(), decoders=["test-hang", "pyav"], timeout_s=0.5)
         assert time.monotonic() - started < 10
     finally:

@@ -9,7 +9,7 @@ from services.common.frames import VideoParams, decode_clip
 
 # qwen-vl-utils picks its reader once, at import; decord is the one it uses without torchcodec.
 os.environ.setdefault("FORCE_QWENVL_VIDEO_READER", "decord")
-from qwen_vl_utils import vision_process as ref  # noqa: E402
+from qwen_vl_utils import vision_process as ref
 
 CASES = [
     ("qwen2_5_vl", 14, {}),
@@ -52,7 +52,9 @@ def test_hf_video_processor_accepts_our_frames(video_dir, family, processor_path
     import importlib
 
     module, name = processor_path.rsplit(".", 1)
-    processor = getattr(importlib.import_module(module), name)(patch_size=patch, merge_size=2, temporal_patch_size=2)
+    processor = getattr(importlib.import_module(module), name)(
+        patch_size=patch, merge_size=2, temporal_patch_size=2
+    )
     frames, meta = decode_clip(video_dir / "wide.mp4", VideoParams(family=family))
     t, h, w, _ = frames.shape
     metadata = {

@@ -96,7 +96,7 @@ def test_rejects_non_uint8(store):
 
 
 def test_uint8_is_a_quarter_of_float32(store, video_dir):
-    key, frames, meta = _stored_clip(store, video_dir / "short.mp4", VideoParams(max_frames=4))
+    key, _frames, meta = _stored_clip(store, video_dir / "short.mp4", VideoParams(max_frames=4))
     stored_bytes = (store.path_for(key) / "frames.npy").stat().st_size
     per_frame = stored_bytes / meta["num_frames"]
     float32_per_frame = meta["height"] * meta["width"] * 3 * 4
