@@ -12,21 +12,27 @@ python=${REELRL_PYTHON:-python3.11}
 key=$(cat pyproject.toml requirements/cpu-lock.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)
 venv=${REELRL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/reelrl/venv-$key}
 log() { echo "[bootstrap] $*" >&2; }
+# pip's output goes to a log beside the environment; it is shown only when a step fails.
+quiet() { "$@" >>"$venv.log" 2>&1 || { tail -n 60 "$venv.log" >&2; log "FAILED: $* (full log: $venv.log)"; exit 1; }; }
 
+mkdir -p "$(dirname "$venv")"
+# One build at a time per environment (two checkouts may bootstrap at once).
+exec 9>"$venv.lock"
+flock 9
 if [ ! -f "$venv/.complete" ]; then
   log "building $venv (first run with these pins: a few minutes)"
-  rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
-  "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip==26.3 setuptools==78.1.1 wheel >&2
-  "$venv/bin/pip" install -q -c requirements/cpu-lock.txt -e ".[all,cpu,dev]" >&2
+  rm -rf "$venv" "$venv.log"
+  quiet "$python" -m venv "$venv"
+  quiet "$venv/bin/pip" install --upgrade pip==26.3 setuptools==78.1.1 wheel
+  quiet "$venv/bin/pip" install -c requirements/cpu-lock.txt -e ".[all,cpu,dev]"
   # PyPI's Linux torchaudio/torchcodec are CUDA builds that cannot load beside a +cpu torch, and a
   # broken torchaudio breaks every transformers processor import; triton is unused on CPU.
-  "$venv/bin/pip" uninstall -q -y torchaudio torchcodec triton >&2 || true
+  quiet "$venv/bin/pip" uninstall -y torchaudio torchcodec triton
   touch "$venv/.complete"
+  log "ready"
 fi
 
-"$venv/bin/pip" install -q --no-deps --no-build-isolation -e . >&2
+quiet "$venv/bin/pip" install --no-deps --no-build-isolation -e .
 # vLLM spawns worker processes that never import our code, so the torchvision fix must be armed by
 # the interpreter itself at start-up; the hook does nothing until torchvision is imported.
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -20,7 +20,7 @@ class LocalWorkers:
         if self.n <= 0:
             return self
         cmd = [
-            sys.executable, "-m", "celery", "-A", "services.common.celery_app", "worker",
+            sys.executable, "-m", "celery", "-A", "services.common.celery_app", "--quiet", "worker",
             "-Q", self.queue, "-c", str(self.n), "-P", "prefork",
             "-n", f"reelrl-{self.queue}-{uuid.uuid4().hex[:8]}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
