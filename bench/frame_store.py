@@ -100,10 +100,14 @@ def _run_pool(videos: list[Path], workers: int, threads: int) -> float:
         reset_settings_cache()
         dataset = Path(home) / "in.jsonl"
         dataset.write_text("".join(f'{{"videos": ["{v}"]}}\n' for v in videos))
-        report = run_preprocess(dataset, Path(home) / "out.jsonl", VideoParams(max_frames=64), workers=workers)
+        report = run_preprocess(
+            dataset, Path(home) / "out.jsonl", VideoParams(max_frames=64), workers=workers
+        )
         assert report.failed == 0, report.errors
         with session_scope() as session:
-            first, last = session.execute(select(func.min(FrameClip.started_at), func.max(FrameClip.finished_at))).one()
+            first, last = session.execute(
+                select(func.min(FrameClip.started_at), func.max(FrameClip.finished_at))
+            ).one()
         # Busy span of the pool (first claim to last result): worker start-up is not throughput.
         return len(videos) / (last - first).total_seconds()
 

@@ -9,7 +9,11 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 python=${REELRL_PYTHON:-python3.11}
-key=$(cat pyproject.toml requirements/cpu-lock.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)
+# Only what decides the installed packages enters the key (not, say, the linter's settings).
+pins=$("$python" -c 'import json, tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print(json.dumps([p.get("requires-python"), p["dependencies"], p.get("optional-dependencies")], sort_keys=True))')
+key=$({ echo "$pins"; cat requirements/cpu-lock.txt scripts/bootstrap.sh; } | sha256sum | cut -c1-16)
 venv=${REELRL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/reelrl/venv-$key}
 log() { echo "[bootstrap] $*" >&2; }
 # pip's output goes to a log beside the environment; it is shown only when a step fails.
