@@ -17,11 +17,14 @@ QUEUES = ("preprocess", "train", "eval")
 def _filesystem_transport_options(settings: Settings) -> dict:
     folder = settings.broker_folder / "queue"
     processed = settings.broker_folder / "processed"
-    folder.mkdir(parents=True, exist_ok=True)
-    processed.mkdir(parents=True, exist_ok=True)
+    # kombu otherwise keeps its exchange bindings in ./control, wherever the process was started.
+    control = settings.broker_folder / "control"
+    for path in (folder, processed, control):
+        path.mkdir(parents=True, exist_ok=True)
     return {
         "data_folder_in": str(folder),
         "data_folder_out": str(folder),
+        "control_folder": str(control),
         "processed_folder": str(processed),
         "store_processed": False,
         "polling_interval": 0.2,

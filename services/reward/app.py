@@ -1,0 +1,169 @@
+"""The reward HTTP service (FastAPI, stateless): ``uvicorn --factory services.reward.app:create_app``.
+
+POST /v1/score scores a batch in a worker thread (math checks run in helper processes), so the event loop
+never waits on a scorer. An unusable item gets ``error`` and zeros while the rest are scored; a malformed
+body gets 422 naming the field; too many items or too long a response get 413.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.reward import types as _types  # noqa: F401 - registers every problem type
+from services.reward.config import RewardConfig, ScoringOptions
+from services.reward.metrics.mathcheck import get_math_checker
+from services.reward.metrics_prom import RewardMetrics
+from services.reward.registry import describe_types
+from services.reward.result import RewardResult
+from services.reward.scoring import score_items
+from services.reward.settings import RewardServiceSettings
+
+
+class ScoreItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sample: dict[str, Any] = Field(description="SPEC §2 sample: at least problem_type and answer")
+    response: str = Field(description="the model's response text")
+
+
+class ScoreRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {
+                            "sample": {
+                                "problem_type": "multiple choice",
+                                "answer": "B",
+                                "options": ["A. red", "B. blue"],
+                            },
+                            "response": "<think>The car is blue.</think><answer>B</answer>",
+                        },
+                        {
+                            "sample": {"problem_type": "regression", "answer": "10"},
+                            "response": "<answer>12</answer>",
+                        },
+                    ],
+                    "options": {"w_acc": 0.9, "w_fmt": 0.1},
+                }
+            ]
+        },
+    )
+
+    items: list[ScoreItem]
+    options: ScoringOptions = Field(default_factory=ScoringOptions)
+
+
+class ItemResult(BaseModel):
+    overall: float
+    accuracy: float
+    format: float
+    extracted: Any = None
+    problem_type: str | None = None
+    error: str | None = None
+    note: str | None = None
+
+
+class ScoreResponse(BaseModel):
+    results: list[ItemResult]
+
+
+class ProblemTypeInfo(BaseModel):
+    name: str
+    aliases: list[str]
+    description: str
+
+
+class ProblemTypesResponse(BaseModel):
+    problem_types: list[ProblemTypeInfo]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
+    settings = settings or RewardServiceSettings()
+    metrics = RewardMetrics()
+    scoring_slots = anyio.CapacityLimiter(settings.score_threads)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        checker = get_math_checker(settings.math_workers)
+        if settings.warm_math:
+            await anyio.to_thread.run_sync(checker.warm)
+        yield
+
+    app = FastAPI(title="ReelRL reward service", version="1", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > settings.max_body_bytes:
+            response: Response = JSONResponse(
+                {
+                    "detail": f"body of {declared} bytes exceeds {settings.max_body_bytes} (REELRL_REWARD_MAX_BODY_BYTES)"
+                },
+                status_code=413,
+            )
+        else:
+            response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        metrics.observe_request(request.method, route, response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.post(
+        "/v1/score",
+        response_model=ScoreResponse,
+        responses={413: {"model": Problem, "description": "too many items or too long a response"}},
+    )
+    async def score(body: ScoreRequest) -> ScoreResponse:
+        if len(body.items) > settings.max_batch_items:
+            raise HTTPException(
+                413,
+                f"{len(body.items)} items exceed the batch limit {settings.max_batch_items}; split the batch",
+            )
+        for index, item in enumerate(body.items):
+            if len(item.response) > settings.max_response_chars:
+                raise HTTPException(
+                    413,
+                    f"items[{index}].response has {len(item.response)} characters; the limit is "
+                    f"{settings.max_response_chars}",
+                )
+        config = RewardConfig(**body.options.model_dump(), math_timeout_s=settings.math_timeout_s)
+        pairs = [(item.sample, item.response) for item in body.items]
+        results: list[RewardResult] = await anyio.to_thread.run_sync(
+            score_items, pairs, config, limiter=scoring_slots
+        )
+        metrics.observe_items(results)
+        return ScoreResponse(results=[ItemResult(**r.model_dump()) for r in results])
+
+    @app.get("/v1/problem-types", response_model=ProblemTypesResponse)
+    async def problem_types() -> ProblemTypesResponse:
+        return ProblemTypesResponse(problem_types=[ProblemTypeInfo(**t) for t in describe_types()])
+
+    @app.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get("/metrics", response_class=Response)
+    async def prometheus() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    return app

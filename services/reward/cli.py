@@ -1,0 +1,27 @@
+"""``reelrl serve reward``: uvicorn running ``services.reward.app:create_app`` with N worker processes."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import uvicorn
+
+
+def serve_reward(host: str = "127.0.0.1", port: int = 8100, workers: int = 2) -> None:
+    """Serve until interrupted. Several workers share one Prometheus directory so /metrics sums them."""
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        folder = tempfile.mkdtemp(prefix="reelrl-reward-metrics-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder  # inherited by the spawned workers
+    uvicorn.run(
+        "services.reward.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,1 @@
+"""Reading answers out of model responses: tags, final-answer phrases, letters, numbers, JSON."""

@@ -1,0 +1,58 @@
+"""Option letters as people and models write them — "B", "(B)", "B.", "B)", "**B**", "[B]", "Answer: B"
+(the phrase is removed upstream) — and option TEXT when the options are known.
+
+An answer naming two different letters, or the texts of two options, is a hedge and reads as no answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from services.reward.extract.normalise import normalise_text
+from services.reward.sample import Option
+
+# A capital letter standing alone, optionally decorated: (B) [B] **B** B. B) B:
+_LETTER = re.compile(
+    r"(?<![A-Za-z0-9'’])(?P<open>[(\[*]*)(?P<letter>[A-Z])(?P<close>[)\]*.:：]*)(?![A-Za-z0-9'’])"
+)
+# ...unless that word joins letters: "A or C" is a hedge, not an article.
+_LOWER_WORD_AHEAD = re.compile(r"\s+(?!(?:or|and|nor|vs|versus|and/or)\b)[a-z]")
+_DECORATION = "()[]{}*.:,;!?\"'`“”‘’ \t\n"
+
+
+def letter_candidates(text: str, letters: str) -> set[str]:
+    """Letters in ``letters`` that ``text`` names as an option.
+
+    A bare capital followed by a lowercase word is a word ("A man walks", "I think"), not a letter.
+    """
+    stripped = text.strip(_DECORATION)
+    if len(stripped) == 1 and stripped.upper() in letters:
+        return {stripped.upper()}
+    found: set[str] = set()
+    for m in _LETTER.finditer(text):
+        letter = m.group("letter")
+        if letter not in letters:
+            continue
+        decorated = bool(m.group("open") or m.group("close"))
+        if not decorated and _LOWER_WORD_AHEAD.match(text, m.end()):
+            continue
+        found.add(letter)
+    return found
+
+
+def option_text_candidates(text: str, options: Sequence[Option]) -> set[str]:
+    """Letters of the options whose text ``text`` contains; an option contained in a longer matched
+    option ("red" inside "dark red") does not count on its own."""
+    norm = f" {normalise_text(text)} "
+    hits = {o.letter: normalise_text(o.text) for o in options if normalise_text(o.text)}
+    hits = {k: t for k, t in hits.items() if f" {t} " in norm}
+    return {k for k, t in hits.items() if not any(t != u and f" {t} " in f" {u} " for u in hits.values())}
+
+
+def extract_choice(text: str, options: Sequence[Option], letters: str) -> str | None:
+    """The single option letter ``text`` answers with, or None (no answer, or a hedge)."""
+    found = letter_candidates(text, letters)
+    if not found and options:
+        found = option_text_candidates(text, options)
+    return found.pop() if len(found) == 1 else None

@@ -1,0 +1,163 @@
+"""JSON answers (bare or in ``` fences), time intervals and boxes.
+
+Validation is part of reading: a NaN/inf coordinate, an inverted or empty interval, a negative start or a
+box with x2 ≤ x1 is not an answer at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+_FENCE = re.compile(r"```[\w+-]*\s*\n?(.*?)```", re.S)
+_DECODER = json.JSONDecoder()
+_MAX_JSON_STARTS = 32
+_NUM = r"[-+]?\d+(?:\.\d+)?"
+_CLOCK = r"\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?"
+_TIME = rf"(?:{_CLOCK}|{_NUM})"
+_UNIT = r"\s*(?:s|sec|secs|second|seconds)?\b"
+# "from 12.5 to 20 seconds", "between 3 and 7 s", "12.5 - 20.0 seconds", "00:12 to 00:20", "[3.0, 7.5]"
+_INTERVAL_PATTERNS = (
+    re.compile(
+        rf"(?:from|between)\s+(?P<s>{_TIME}){_UNIT}\s*(?:to|and|-|–|until)\s*(?P<e>{_TIME}){_UNIT}", re.I
+    ),
+    re.compile(rf"(?<![\w.:])(?P<s>{_TIME}){_UNIT}\s*(?:-|–|~|to|until)\s*(?P<e>{_TIME}){_UNIT}", re.I),
+    re.compile(rf"\[\s*(?P<s>{_NUM})\s*,\s*(?P<e>{_NUM})\s*\]"),
+)
+
+
+def find_json(text: str) -> Any | None:
+    """The first JSON object or array in ``text`` (fenced blocks first), or None."""
+    for source in [*(m.group(1) for m in _FENCE.finditer(text)), text]:
+        starts = [i for i, ch in enumerate(source) if ch in "{["][:_MAX_JSON_STARTS]
+        for start in starts:
+            try:
+                value, _ = _DECODER.raw_decode(source, start)
+            except (ValueError, RecursionError):  # not JSON (or nested beyond reason) from here on
+                continue
+            return value
+    return None
+
+
+def as_json(value: Any) -> Any:
+    """A ground truth as JSON data: strings are searched for JSON, anything else is taken as is."""
+    return find_json(value) if isinstance(value, str) else value
+
+
+def finite_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _seconds(token: str) -> float:
+    if ":" in token:
+        parts = [float(p) for p in token.split(":")]
+        return sum(p * 60.0**i for i, p in enumerate(reversed(parts)))
+    return float(token)
+
+
+def as_interval(value: Any) -> tuple[float, float] | None:
+    """``[s, e]`` with finite 0 ≤ s < e, else None (inverted intervals are not swapped: they are wrong)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    start, end = finite_number(value[0]), finite_number(value[1])
+    if start is None or end is None or start < 0 or end <= start:
+        return None
+    return (start, end)
+
+
+def interval_from_json(value: Any) -> tuple[float, float] | bool | None:
+    """``{"time": [s, e]}`` or ``[s, e]``; False when ``value`` has no time field at all."""
+    if isinstance(value, dict):
+        for key in ("time", "timestamps", "timestamp", "interval", "segment"):
+            if key in value:
+                return as_interval(value[key])
+        return False
+    if isinstance(value, list) and len(value) == 2:
+        return as_interval(value)
+    return False
+
+
+def find_interval(text: str) -> tuple[float, float] | None:
+    """One time interval from JSON or prose; several different intervals are a hedge → None."""
+    parsed = find_json(text)
+    if parsed is not None:
+        interval = interval_from_json(parsed)
+        if interval is not False:
+            return interval  # type: ignore[return-value]
+    for pattern in _INTERVAL_PATTERNS:
+        found = {(_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(text)}
+        if found:
+            return as_interval(found.pop()) if len(found) == 1 else None
+    return None
+
+
+def as_box(value: Any) -> tuple[float, float, float, float] | None:
+    """``[x1, y1, x2, y2]`` with finite coordinates, x2 > x1 and y2 > y1, else None."""
+    if not isinstance(value, list | tuple) or len(value) != 4:
+        return None
+    coords = [finite_number(v) for v in value]
+    if any(c is None for c in coords):
+        return None
+    x1, y1, x2, y2 = coords  # type: ignore[misc]
+    if x2 <= x1 or y2 <= y1:
+        return None
+    return (x1, y1, x2, y2)
+
+
+_BOX_KEYS = ("bbox_2d", "bbox", "box", "boxes", "box_2d")
+
+
+def boxes_in(value: Any) -> list[Any]:
+    """Raw box candidates in a JSON answer: a 4-list, a list of them, or dicts keyed bbox_2d/bbox/box(es)."""
+    if isinstance(value, dict):
+        for key in _BOX_KEYS:
+            if key in value:
+                return boxes_in(value[key])
+        return []
+    if isinstance(value, list):
+        if len(value) == 4 and all(not isinstance(v, list | dict) for v in value):
+            return [value]
+        return [box for item in value for box in boxes_in(item)]
+    return []
+
+
+def single_box(value: Any) -> tuple[float, float, float, float] | None:
+    """The one box a JSON answer gives; several different boxes are a hedge → None."""
+    raw = boxes_in(value)
+    distinct = {tuple(b) if isinstance(b, list) else b for b in raw}
+    if len(distinct) != 1:
+        return None
+    return as_box(raw[0])
+
+
+def frame_key(key: Any) -> float | None:
+    """Frame keys ("3", "3.0", 3) as one float so "3" and "3.0" name the same frame."""
+    number = finite_number(key)
+    return None if number is None or number < 0 else round(number, 3)
+
+
+def boxes_by_frame(value: Any) -> dict[float, tuple[float, float, float, float]] | None:
+    """``{"<sec>": box}`` (or a list, index = frame) → valid boxes by frame; invalid entries dropped.
+
+    None when ``value`` is not a per-frame mapping at all.
+    """
+    if isinstance(value, dict) and "boxes" in value:
+        value = value["boxes"]
+    if isinstance(value, list):
+        value = dict(enumerate(value))
+    if not isinstance(value, dict):
+        return None
+    frames: dict[float, tuple[float, float, float, float]] = {}
+    for key, raw in value.items():
+        frame, box = frame_key(key), as_box(raw)
+        if frame is not None and box is not None:
+            frames[frame] = box
+    return frames

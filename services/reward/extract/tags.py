@@ -1,0 +1,120 @@
+"""Splitting a response into thinking, the ``<answer>`` block and the text a final answer is read from.
+
+Rules (documented in docs/rewards.md):
+- ``<think>…</think>`` blocks are reasoning, never the answer. A ``</think>`` without an opening tag (the
+  chat template opened it) ends the reasoning too. A ``<think>`` that is never closed means the model never
+  finished thinking: only an ``<answer>`` block after it counts.
+- Exactly one ``<answer>…</answer>`` block is an answer. Repeated, nested or unclosed answer tags are
+  malformed: accuracy 0 and format 0, whatever they contain.
+- Without an answer block, the text after the reasoning is searched for a final answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_THINK_OPEN = re.compile(r"<think>", re.I)
+_THINK_CLOSE = re.compile(r"</think>", re.I)
+_ANSWER_OPEN = re.compile(r"<answer>", re.I)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.I)
+_STRICT = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.S | re.I)
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# "Therefore, the final answer is: X", "The answer is X", "Answer: X", "I choose X", "Best option: X".
+_FINAL_PHRASE = re.compile(
+    r"\b(?:(?:final|correct|best)\s+(?:answer|option|choice)|answer)\b"
+    r"(?:\s+(?:is|would\s+be|should\s+be)\b\s*[:：=]?|\s*[:：=])\s*"
+    r"|\bi\s+(?:would\s+)?(?:choose|select|pick)\b\s*",
+    re.I,
+)
+_SENTENCE_END = re.compile(r"[.!?。](?=\s|$)|\n")
+
+
+@dataclass(frozen=True)
+class ResponseParts:
+    """``answer``: content of the single well-formed answer block (None if absent or malformed).
+    ``body``: text searched when there is no answer block (None when the thinking never ended).
+    """
+
+    answer: str | None
+    body: str | None
+    malformed: bool
+    strict_ok: bool
+
+    @property
+    def has_answer_tag(self) -> bool:
+        return self.answer is not None
+
+
+def split_response(response: str) -> ResponseParts:
+    closes = list(_THINK_CLOSE.finditer(response))
+    if closes:
+        after_thinking: str | None = response[closes[-1].end() :]
+        searchable = after_thinking
+    elif (opened := _THINK_OPEN.search(response)) is not None:
+        after_thinking = None
+        searchable = response[opened.end() :]
+    else:
+        after_thinking = searchable = response
+
+    opens = list(_ANSWER_OPEN.finditer(searchable))
+    shuts = list(_ANSWER_CLOSE.finditer(searchable))
+    answer = None
+    malformed = False
+    if opens or shuts:
+        if len(opens) == 1 and len(shuts) == 1 and opens[0].end() <= shuts[0].start():
+            answer = searchable[opens[0].end() : shuts[0].start()].strip()
+        else:
+            malformed = True
+    strict_ok = (
+        not malformed
+        and answer is not None
+        and len(_THINK_OPEN.findall(response)) == 1
+        and len(closes) == 1
+        and _STRICT.fullmatch(response) is not None
+    )
+    return ResponseParts(answer=answer, body=after_thinking, malformed=malformed, strict_ok=strict_ok)
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{…}`` (braces balanced), or None."""
+    starts = list(_BOXED.finditer(text))
+    for match in reversed(starts):
+        depth, i = 1, match.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[match.end() : i - 1].strip()
+    return None
+
+
+def after_final_phrase(text: str) -> str | None:
+    """The clause after the last "the answer is" style phrase, cut at the end of its sentence."""
+    last = None
+    for last in _FINAL_PHRASE.finditer(text):  # noqa: B007 - we want the final match
+        pass
+    if last is None:
+        return None
+    tail = text[last.end() :]
+    end = _SENTENCE_END.search(tail, 1) if tail else None
+    clause = (tail[: end.start()] if end else tail).strip()
+    return clause or None
+
+
+def answer_text(parts: ResponseParts, *, phrases: bool) -> str | None:
+    """The text a type's extractor reads: the answer block or the post-reasoning body, narrowed to the
+    last ``\\boxed{}`` and (when ``phrases``) to the clause after a final-answer phrase."""
+    if parts.malformed:
+        return None
+    source = parts.answer if parts.answer is not None else parts.body
+    if source is None:
+        return None
+    boxed = last_boxed(source)
+    if boxed is not None:
+        return boxed
+    if phrases:
+        clause = after_final_phrase(source)
+        if clause is not None:
+            return clause
+    return source.strip()

@@ -1,0 +1,23 @@
+"""Settings of the reward HTTP service, from ``REELRL_REWARD_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.reward.config import RewardConfig
+
+
+class RewardServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REELRL_REWARD_", extra="ignore")
+
+    max_batch_items: int = Field(1024, gt=0, description="items per request; more → 413")
+    # Protects the service; the scoring limit (ScoringOptions.max_response_chars) is separate and lower.
+    max_response_chars: int = Field(1_000_000, gt=0, description="characters per response; more → 413")
+    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="declared Content-Length; more → 413")
+    math_timeout_s: float = Field(RewardConfig.model_fields["math_timeout_s"].default, gt=0, le=120.0)
+    # Scoring is CPU-bound Python: more threads than this per worker only fight over the GIL and make the
+    # latency tail unfair; waiting requests queue in arrival order instead.
+    score_threads: int = Field(4, ge=1, description="batches scored at once per uvicorn worker")
+    math_workers: int = Field(1, ge=1, description="math helper processes per uvicorn worker")
+    warm_math: bool = Field(True, description="start the math helpers at startup")

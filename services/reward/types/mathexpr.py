@@ -1,0 +1,71 @@
+"""Math: symbolic equivalence of the final expression (math-verify, time-limited)."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any
+
+from services.reward.errors import InvalidSample
+from services.reward.extract.tags import last_boxed
+from services.reward.metrics.mathcheck import get_math_checker
+from services.reward.registry import ProblemType, ScoreContext, register
+from services.reward.sample import RewardSample
+
+# Longer "final answers" are not expressions but prose; also bounds what a helper process must parse.
+MAX_EXPRESSION_CHARS = 1000
+_PLAIN = re.compile(r"[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})(?:/\d{1,300})?")
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+# Digit runs are bounded: int() refuses strings over 4,300 digits, and such "answers" are not numbers.
+_LATEX_FRAC = re.compile(r"([-+]?)\\[dt]?frac\{(\d{1,300})\}\{(\d{1,300})\}")
+_NOISE = re.compile(r"\\left|\\right|\\!|\\,|\\;|\s+|^\$+|\$+$|\.$")
+
+
+def _clean(expr: str) -> str:
+    expr = expr.strip()
+    boxed = last_boxed(expr)
+    return (boxed if boxed is not None else expr).strip().strip("$").strip()
+
+
+def _as_fraction(expr: str) -> Fraction | None:
+    """Plain numbers and ``\\frac{a}{b}`` exactly, so the common case never leaves the process."""
+    compact = expr.replace(",", "") if _THOUSANDS.fullmatch(expr) else expr
+    if _PLAIN.fullmatch(compact):
+        try:
+            return Fraction(compact)
+        except (ValueError, ZeroDivisionError):
+            return None
+    frac = _LATEX_FRAC.fullmatch(compact)
+    if frac and int(frac.group(3)) != 0:
+        value = Fraction(int(frac.group(2)), int(frac.group(3)))
+        return -value if frac.group(1) == "-" else value
+    return None
+
+
+@register
+class MathExpression(ProblemType):
+    name = "math"
+    description = "Final expression (\\boxed{} preferred); symbolic equivalence by math-verify, time-limited."
+
+    def parse_truth(self, sample: RewardSample) -> str:
+        truth = _clean(str(sample.answer))
+        if not truth or len(truth) > MAX_EXPRESSION_CHARS:
+            raise InvalidSample(f"{sample.label}: math answer must be 1–{MAX_EXPRESSION_CHARS} characters")
+        return truth
+
+    def extract(self, text: str, sample: RewardSample) -> str | None:
+        expr = _clean(text)
+        return expr if expr and len(expr) <= MAX_EXPRESSION_CHARS else None
+
+    def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
+        exact_pred, exact_truth = _as_fraction(parsed), _as_fraction(truth)
+        if exact_pred is not None and exact_truth is not None:
+            if exact_pred == exact_truth:
+                return 1.0
+            if "." not in parsed + truth:
+                return 0.0  # integers and fractions: math-verify compares them exactly too
+            # a decimal is involved: math-verify's rounding (6 places) decides, e.g. 0.142857 = 1/7
+        if _NOISE.sub("", parsed) == _NOISE.sub("", truth):
+            return 1.0
+        same = get_math_checker().equivalent(truth, parsed, ctx.math_timeout_s)
+        return 1.0 if same else 0.0

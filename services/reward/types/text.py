@@ -1,0 +1,62 @@
+"""Free-text answers: OCR (1 − WER) and open-ended (ROUGE, or exact match for short answers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.reward.errors import InvalidSample
+from services.reward.extract.normalise import normalise_text, words
+from services.reward.extract.tags import after_final_phrase
+from services.reward.metrics.rouge import exact_match, rouge_f1_mean
+from services.reward.metrics.wer import word_error_rate
+from services.reward.registry import ProblemType, ScoreContext, register
+from services.reward.sample import RewardSample
+
+# Ground truths of at most this many words are scored by exact match: ROUGE on 1–3 words is noise.
+SHORT_ANSWER_WORDS = 3
+
+
+def text_truth(sample: RewardSample, kind: str) -> str:
+    if not isinstance(sample.answer, str | int | float) or not str(sample.answer).strip():
+        raise InvalidSample(f"{sample.label}: {kind} answer must be non-empty text")
+    return str(sample.answer).strip()
+
+
+@register
+class Ocr(ProblemType):
+    name = "ocr"
+    description = (
+        "Text read from the video; accuracy 1 − WER (casefolded, punctuation dropped), floored at 0."
+    )
+    narrow_phrases = False
+
+    def parse_truth(self, sample: RewardSample) -> str:
+        return text_truth(sample, self.name)
+
+    def extract(self, text: str, sample: RewardSample) -> str | None:
+        return text.strip() or None
+
+    def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
+        return max(0.0, 1.0 - word_error_rate(words(truth), words(parsed)))
+
+
+@register
+class OpenEnded(ProblemType):
+    name = "open-ended"
+    aliases = ("free-form", "free form", "open ended", "video qa", "video description", "open")
+    description = (
+        f"Free text; mean ROUGE-1/2/L F1, or normalised exact match when the truth has ≤ "
+        f"{SHORT_ANSWER_WORDS} words."
+    )
+    narrow_phrases = False
+
+    def parse_truth(self, sample: RewardSample) -> str:
+        return text_truth(sample, self.name)
+
+    def extract(self, text: str, sample: RewardSample) -> str | None:
+        return text.strip() or None
+
+    def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
+        if len(normalise_text(truth).split()) <= SHORT_ANSWER_WORDS:
+            return exact_match(after_final_phrase(parsed) or parsed, truth)
+        return rouge_f1_mean(parsed, truth)

@@ -1,0 +1,95 @@
+"""JSON, intervals and boxes: read and validated together."""
+
+import math
+
+import pytest
+
+from services.reward.extract.structured import (
+    as_box,
+    as_interval,
+    boxes_by_frame,
+    find_interval,
+    find_json,
+    single_box,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"time": [1, 2]}', {"time": [1, 2]}),
+        ('here: ```json\n{"a": 1}\n``` and {"b": 2}', {"a": 1}),  # fenced blocks first
+        ("text [1, 2, 3, 4] more", [1, 2, 3, 4]),
+        ("{not json} [5, 6]", [5, 6]),  # a failed start is skipped
+        ("no json", None),
+    ],
+)
+def test_find_json(text, expected):
+    assert find_json(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"time": [3.5, 7.0]}', (3.5, 7.0)),
+        ("from 12.5 to 20 seconds", (12.5, 20.0)),
+        ("between 3s and 7s", (3.0, 7.0)),
+        ("The event happens in the 24.3 - 30.4 seconds.", (24.3, 30.4)),
+        ("00:12 to 01:05", (12.0, 65.0)),  # mm:ss → 65 = 1·60 + 5
+        ("[3.0, 7.5]", (3.0, 7.5)),
+        ("from 1 to 2 s and from 5 to 6 s", None),  # two intervals: a hedge
+        ('{"time": [7, 3]}', None),  # inverted: wrong, not swapped
+        ('{"time": [3, 3]}', None),  # empty
+        ('{"time": [-1, 3]}', None),  # negative start
+        ('{"time": [NaN, 3]}', None),
+        ('{"time": [0, Infinity]}', None),
+        ('{"time": [1, 2, 3]}', None),
+    ],
+)
+def test_find_interval(text, expected):
+    assert find_interval(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ([1, 2, 3, 4], (1.0, 2.0, 3.0, 4.0)),
+        (["1", "2", "3", "4"], (1.0, 2.0, 3.0, 4.0)),
+        ([3, 2, 1, 4], None),  # x2 ≤ x1
+        ([1, 2, 3, 2], None),  # y2 ≤ y1
+        ([1, 2, math.nan, 4], None),
+        ([1, 2, math.inf, 4], None),
+        ([1, 2, 3], None),
+        ([True, 2, 3, 4], None),  # a boolean is not a coordinate
+    ],
+)
+def test_as_box(value, expected):
+    assert as_box(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ([{"bbox_2d": [1, 2, 3, 4], "label": "dog"}], (1.0, 2.0, 3.0, 4.0)),  # Qwen2.5-VL style
+        ({"boxes": [1, 2, 3, 4]}, (1.0, 2.0, 3.0, 4.0)),
+        ([[1, 2, 3, 4], [1, 2, 3, 4]], (1.0, 2.0, 3.0, 4.0)),  # the same box twice is one box
+        ([[1, 2, 3, 4], [5, 6, 7, 8]], None),  # two boxes: a hedge
+        ({"label": "dog"}, None),
+    ],
+)
+def test_single_box(value, expected):
+    assert single_box(value) == expected
+
+
+def test_boxes_by_frame_normalises_keys_and_drops_invalid_boxes():
+    frames = boxes_by_frame(
+        {"boxes": {"3": [0, 0, 1, 1], "4.0": [0, 0, 2, 2], "5": [2, 2, 1, 1], "x": [0, 0, 1, 1]}}
+    )
+    assert frames == {3.0: (0.0, 0.0, 1.0, 1.0), 4.0: (0.0, 0.0, 2.0, 2.0)}
+    assert boxes_by_frame([[0, 0, 1, 1]]) == {0.0: (0.0, 0.0, 1.0, 1.0)}  # a list: index = frame
+    assert boxes_by_frame("nope") is None
+
+
+def test_as_interval_rejects_non_pairs():
+    assert as_interval((1, 2)) == (1.0, 2.0)
+    assert as_interval("1-2") is None

@@ -1,0 +1,46 @@
+"""WER and ROUGE, computed by hand."""
+
+import pytest
+
+from services.reward.extract.normalise import normalise_text, words
+from services.reward.metrics.rouge import exact_match, rouge_f1_mean
+from services.reward.metrics.wer import edit_distance, word_error_rate
+
+
+@pytest.mark.parametrize(
+    ("ref", "hyp", "edits"),
+    [
+        ("a b c", "a b c", 0),
+        ("a b c", "a c", 1),  # one deletion
+        ("a b c", "a x c", 1),  # one substitution
+        ("a b c", "a b c d", 1),  # one insertion
+        ("a b c", "", 3),
+        ("kitten sat on mat", "sitting sat mat", 2),  # substitute kitten→sitting, delete on
+    ],
+)
+def test_edit_distance(ref, hyp, edits):
+    assert edit_distance(ref.split(), hyp.split()) == edits
+
+
+def test_word_error_rate():
+    assert word_error_rate(["a", "b", "c"], ["a", "x", "c"]) == pytest.approx(1 / 3)
+    assert word_error_rate(["a"], ["x", "y", "z"]) == pytest.approx(3.0)  # 1 sub + 2 ins over 1 word
+    assert word_error_rate([], []) == 0.0
+    assert word_error_rate([], ["x"]) == 1.0
+
+
+def test_rouge_f1_mean_by_hand():
+    # truth "the cat sat on the mat" (6 tokens), pred "the cat sat" (3 tokens)
+    # ROUGE-1: overlap 3 → P = 3/3, R = 3/6 → F1 = 2·1·0.5/1.5 = 2/3
+    # ROUGE-2: pred bigrams {the cat, cat sat} both in truth → P = 2/2, R = 2/5 → F1 = 2·0.4/1.4 = 4/7
+    # ROUGE-L: LCS = 3 → same as ROUGE-1: 2/3
+    expected = (2 / 3 + 4 / 7 + 2 / 3) / 3
+    assert rouge_f1_mean("the cat sat", "the cat sat on the mat") == pytest.approx(expected)
+    assert rouge_f1_mean("completely different words", "the cat sat on the mat") == 0.0
+
+
+def test_exact_match_normalises_case_punctuation_and_articles():
+    assert normalise_text("The  Eiffel-Tower!") == "eiffel tower"
+    assert words("The  Eiffel-Tower!") == ["the", "eiffel", "tower"]  # OCR keeps articles
+    assert exact_match("an apple.", "Apple") == 1.0
+    assert exact_match("apples", "apple") == 0.0

@@ -1,0 +1,105 @@
+"""The FastAPI app in-process (ASGI): per-item errors, 422/413, problem types, metrics."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.reward.app import create_app
+from services.reward.settings import RewardServiceSettings
+
+MC = {"problem_type": "multiple choice", "answer": "B", "options": ["A. red", "B. blue"]}
+
+
+@pytest.fixture(scope="module")
+def client():
+    app = create_app(RewardServiceSettings(warm_math=False, max_batch_items=4, max_response_chars=1000))
+    with TestClient(app) as client:
+        yield client
+
+
+def test_scores_a_batch_and_fails_bad_items_alone(client):
+    body = {
+        "items": [
+            {"sample": MC, "response": "<answer>B</answer>"},
+            {"sample": {"problem_type": "horoscope", "answer": "B"}, "response": "B"},
+            {"sample": {"problem_type": "mcq"}, "response": "B"},
+            {"sample": MC, "response": "A"},
+        ]
+    }
+    response = client.post("/v1/score", json=body)
+    assert response.status_code == 200
+    first, unknown, no_answer, wrong = response.json()["results"]
+    assert first == {
+        "overall": 1.0, "accuracy": 1.0, "format": 1.0, "extracted": "B",
+        "problem_type": "multiple choice", "error": None, "note": None,
+    }  # fmt: skip
+    assert "unknown problem_type 'horoscope'" in unknown["error"] and unknown["overall"] == 0.0
+    assert "field answer" in no_answer["error"]
+    assert (wrong["accuracy"], wrong["format"], wrong["error"]) == (0.0, 0.0, None)
+
+
+def test_options_change_the_weights(client):
+    body = {"items": [{"sample": MC, "response": "B"}], "options": {"w_acc": 0.5, "w_fmt": 0.5}}
+    assert client.post("/v1/score", json=body).json()["results"][0]["overall"] == 0.5  # 0.5·1 + 0.5·0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, ["body", "items"]),
+        ({"items": [{"sample": 1, "response": "x"}]}, ["body", "items", 0, "sample"]),
+        ({"items": [{"sample": {}, "response": 5}]}, ["body", "items", 0, "response"]),
+        ({"items": [{"sample": {}}]}, ["body", "items", 0, "response"]),
+        ({"items": [], "options": {"w_acc": 2}}, ["body", "options", "w_acc"]),
+        ({"items": [], "surprise": 1}, ["body", "surprise"]),
+    ],
+)
+def test_malformed_bodies_get_422_naming_the_field(client, body, field):
+    response = client.post("/v1/score", json=body)
+    assert response.status_code == 422
+    assert field in [error["loc"] for error in response.json()["detail"]]
+
+
+def test_limits_get_413_with_a_message(client):
+    too_many = {"items": [{"sample": MC, "response": "B"}] * 5}
+    response = client.post("/v1/score", json=too_many)
+    assert response.status_code == 413
+    assert "5 items exceed the batch limit 4" in response.json()["detail"]
+
+    too_long = {"items": [{"sample": MC, "response": "B"}, {"sample": MC, "response": "x" * 1001}]}
+    response = client.post("/v1/score", json=too_long)
+    assert response.status_code == 413
+    assert "items[1].response has 1001 characters; the limit is 1000" in response.json()["detail"]
+
+
+def test_declared_body_size_limit():
+    app = create_app(RewardServiceSettings(warm_math=False, max_body_bytes=100))
+    with TestClient(app) as small:
+        response = small.post("/v1/score", json={"items": [{"sample": MC, "response": "B" * 200}]})
+    assert response.status_code == 413
+    assert "exceeds 100" in response.json()["detail"]
+
+
+def test_problem_types_and_health(client):
+    types = client.get("/v1/problem-types").json()["problem_types"]
+    assert {
+        "name": "boolean",
+        "aliases": ["binary classification", "yes/no", "yes no", "binary"],
+    }.items() <= (types[0].items())
+    assert len(types) == 15
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_metrics_count_requests_items_and_errors():
+    app = create_app(RewardServiceSettings(warm_math=False))
+    with TestClient(app) as fresh:
+        fresh.post("/v1/score", json={"items": [{"sample": MC, "response": "B"}] * 3})
+        fresh.post(
+            "/v1/score", json={"items": [{"sample": {"problem_type": "?", "answer": 1}, "response": ""}]}
+        )
+        fresh.post("/v1/score", json={"items": 7})
+        text = fresh.get("/metrics").text
+    assert 'reelrl_reward_requests_total{method="POST",route="/v1/score",status="200"} 2.0' in text
+    assert 'reelrl_reward_requests_total{method="POST",route="/v1/score",status="422"} 1.0' in text
+    assert 'reelrl_reward_items_total{problem_type="multiple choice"} 3.0' in text
+    assert 'reelrl_reward_item_errors_total{problem_type="unknown"} 1.0' in text
+    assert 'reelrl_reward_request_seconds_count{route="/v1/score"} 3.0' in text

@@ -1,0 +1,121 @@
+"""The reward service as deployed: `reelrl serve reward` (real uvicorn, 2 workers) and concurrent clients."""
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.reward import HttpRewardClient, RewardConfig, score
+
+pytestmark = pytest.mark.integration
+
+ITEMS = [
+    ({"problem_type": "mcq", "answer": "B", "options": ["A. red", "B. blue"]}, "<answer>B</answer>"),
+    ({"problem_type": "regression", "answer": "10"}, "<answer>12</answer>"),
+    ({"problem_type": "math", "answer": "x^2+2x+1"}, r"<answer>\boxed{(x+1)^2}</answer>"),
+    ({"problem_type": "temporal grounding", "answer": {"time": [2, 6]}}, '<answer>{"time": [4, 8]}</answer>'),
+    ({"problem_type": "open-ended", "answer": "the cat sat on the mat"}, "the cat sat"),
+    ({"problem_type": "no such type", "answer": "B"}, "B"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service_url():
+    port = _free_port()
+    reelrl = Path(sys.executable).with_name("reelrl")
+    server = subprocess.Popen(
+        [str(reelrl), "serve", "reward", "--port", str(port), "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"reward service did not start: {server.stderr.read().decode()[-3000:]}")
+            time.sleep(0.2)
+    yield url
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _expected():
+    results = []
+    for sample, response in ITEMS:
+        try:
+            results.append(score(sample, response).overall)
+        except ValueError:
+            results.append(0.0)
+    return results
+
+
+def test_concurrent_clients_get_the_in_process_scores(service_url):
+    expected = _expected()
+    client = HttpRewardClient(RewardConfig(url=service_url))
+
+    def one(_):
+        return [r.overall for r in client.score_batch(ITEMS)]
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(48)))
+    client.close()
+    assert answers == [expected] * 48
+
+
+def test_async_client_and_bad_item(service_url):
+    async def run():
+        client = HttpRewardClient(RewardConfig(url=service_url))
+        batches = await asyncio.gather(*(client.ascore_batch(ITEMS) for _ in range(20)))
+        await client.aclose()
+        return batches
+
+    batches = asyncio.run(run())
+    assert [[r.overall for r in b] for b in batches] == [_expected()] * 20
+    assert all("unknown problem_type 'no such type'" in b[-1].error for b in batches)
+
+
+def test_problem_types_over_http(service_url):
+    client = HttpRewardClient(RewardConfig(url=service_url))
+    names = {t["name"] for t in client.problem_types()}
+    client.close()
+    assert {"multiple choice", "math", "tracking"} <= names and len(names) == 15
+
+
+def test_metrics_sum_over_both_workers(service_url):
+    def scored_requests() -> float:
+        text = httpx.get(f"{service_url}/metrics").text
+        pattern = r'reelrl_reward_requests_total\{method="POST",route="/v1/score",status="200"\} ([0-9.e+]+)'
+        return sum(float(m) for m in re.findall(pattern, text))
+
+    before = scored_requests()
+    with httpx.Client(base_url=service_url) as http, ThreadPoolExecutor(8) as pool:
+        body = {"items": [{"sample": ITEMS[0][0], "response": "B"}]}
+        statuses = list(pool.map(lambda _: http.post("/v1/score", json=body).status_code, range(40)))
+    assert statuses == [200] * 40
+    # each worker keeps its own counters; the multiprocess collector must add up all 40
+    assert scored_requests() - before == 40

@@ -1,0 +1,58 @@
+"""Boolean, OCR and open-ended, table-driven through ``score``."""
+
+import pytest
+
+from services.reward import score
+
+
+@pytest.mark.parametrize(
+    ("answer", "response", "accuracy", "fmt", "extracted"),
+    [
+        ("yes", "<answer>Yes.</answer>", 1.0, 1.0, "yes"),
+        ("Yes", "<answer>**yes**</answer>", 1.0, 1.0, "yes"),
+        (True, "<answer>true</answer>", 1.0, 1.0, "yes"),
+        ("no", "<answer>No, the door stays shut.</answer>", 1.0, 1.0, "no"),
+        ("no", "<answer>N</answer>", 1.0, 1.0, "no"),
+        ("no", "<answer>yes</answer>", 0.0, 1.0, "yes"),
+        ("no", "<answer>yes or no</answer>", 0.0, 0.5, None),  # both: a hedge
+        ("no", "<answer>maybe</answer>", 0.0, 0.5, None),
+    ],
+)
+def test_boolean(answer, response, accuracy, fmt, extracted):
+    result = score({"problem_type": "yes/no", "answer": answer}, response)
+    assert (result.accuracy, result.format, result.extracted) == (accuracy, fmt, extracted)
+    assert result.problem_type == "boolean"
+
+
+@pytest.mark.parametrize(
+    ("answer", "response", "accuracy"),
+    [
+        ("STOP here now", "<answer>stop here now</answer>", 1.0),  # casefolded
+        ("STOP here now", "<answer>stop, here; now!</answer>", 1.0),  # punctuation dropped
+        ("STOP here now", "<answer>stop here</answer>", 1 - 1 / 3),  # 1 deletion over 3 words
+        ("STOP here now", "<answer>stop there now</answer>", 1 - 1 / 3),  # 1 substitution
+        ("STOP here now", "<answer>go go go go go go go</answer>", 0.0),  # WER 7/3 > 1 → floored at 0
+        ("Exit 12", "<answer>exit 12 north</answer>", 0.5),  # 1 insertion over 2 words
+    ],
+)
+def test_ocr(answer, response, accuracy):
+    assert score({"problem_type": "ocr", "answer": answer}, response).accuracy == pytest.approx(accuracy)
+
+
+@pytest.mark.parametrize(
+    ("answer", "response", "accuracy"),
+    [
+        # short truth (≤ 3 words): normalised exact match
+        ("Paris", "<answer>paris.</answer>", 1.0),
+        ("the Eiffel Tower", "<answer>Eiffel tower</answer>", 1.0),  # article dropped
+        ("Paris", "<answer>The answer is Paris.</answer>", 1.0),  # phrase removed before matching
+        ("Paris", "<answer>Paris, France</answer>", 0.0),
+        # long truth: mean ROUGE F1. truth 6 tokens, pred 3 (see metrics test): (2/3 + 4/7 + 2/3)/3
+        ("the cat sat on the mat", "<answer>the cat sat</answer>", (2 / 3 + 4 / 7 + 2 / 3) / 3),
+        ("the cat sat on the mat", "<answer>The cat sat on the mat.</answer>", 1.0),
+    ],
+)
+def test_open_ended(answer, response, accuracy):
+    result = score({"problem_type": "free-form", "answer": answer}, response)
+    assert result.accuracy == pytest.approx(accuracy)
+    assert result.problem_type == "open-ended"
