@@ -153,25 +153,38 @@ def run_preprocess(
 
 
 def _wait_all(celery, keys, workers, settings, timeout_s, progress):
+    """Queue the clips and poll the index until every clip is ready or failed.
+
+    A clip is queued once. It is queued again only if it looks abandoned: running under a lapsed
+    lease (its worker died and the broker did not redeliver, as the embedded one cannot), or still
+    queued while the whole pool has been idle for several lease periods (a lost message). Duplicates
+    are harmless: the claim lets one worker decode. A long queue is not "idle", so it is not flooded.
+    """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     sent: dict[str, float] = {}
+    last_change, last_snapshot = time.monotonic(), None
     with LocalWorkers(workers, queue="preprocess") as pool:
         while True:
             pool.check_alive()
             with session_scope() as session:
                 state = statuses(session, keys)
-            now_wall = datetime.now(UTC)
-            now = time.monotonic()
+            now_wall, now = datetime.now(UTC), time.monotonic()
+            snapshot = tuple(state[k][0] for k in keys)
+            if snapshot != last_snapshot:
+                last_change, last_snapshot = now, snapshot
+            idle = now - last_change > settings.clip_lease_s * 4 and ClipStatus.running not in snapshot
             for key in keys:
                 status, _, lease = state[key]
-                orphaned = status == ClipStatus.running and lease is not None and lease < now_wall
-                stale = status == ClipStatus.queued and now - sent.get(key, -1e9) > settings.clip_lease_s * 4
-                # Queue once, and again only if the clip looks abandoned: a broker without
-                # redelivery (the embedded one) or a lost message must not stall the batch.
-                # Duplicates are harmless: the claim lets one worker decode.
-                if (key not in sent and status == ClipStatus.queued) or orphaned or (key in sent and stale):
+                recently = now - sent.get(key, -1e9) < settings.clip_lease_s
+                orphaned = (
+                    status == ClipStatus.running and lease is not None and lease < now_wall and not recently
+                )
+                lost = status == ClipStatus.queued and (key not in sent or idle)
+                if orphaned or lost:
                     celery.send_task(CLIP_TASK, args=[key], queue="preprocess")
                     sent[key] = now
+            if idle:
+                last_change = now
             done = sum(1 for k in keys if state[k][0] in TERMINAL)
             if progress:
                 progress(done, len(keys))

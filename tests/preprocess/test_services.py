@@ -50,7 +50,10 @@ def test_redis_postgres_batch_and_duplicate_submission(services_env, data_dir, t
     assert sorted(store.keys()) == sorted(c.key for c in clips)
 
 
-def test_worker_killed_mid_decode_is_redelivered(services_env, tmp_path, write_dataset, monkeypatch):
+@pytest.mark.parametrize("wiring", ["services_env", "reelrl_home"])
+def test_worker_killed_mid_decode_is_redelivered(wiring, request, tmp_path, write_dataset, monkeypatch):
+    """Redis redelivers the task itself; the embedded broker cannot, so the dispatcher re-queues."""
+    request.getfixturevalue(wiring)
     monkeypatch.setenv("REELRL_CLIP_LEASE_S", "2")
     reset_settings_cache()
     # Long enough (several seconds of decode + resize on one thread) to be caught mid-decode.
