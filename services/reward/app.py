@@ -64,18 +64,8 @@ class ScoreRequest(BaseModel):
     options: ScoringOptions = Field(default_factory=ScoringOptions)
 
 
-class ItemResult(BaseModel):
-    overall: float
-    accuracy: float
-    format: float
-    extracted: Any = None
-    problem_type: str | None = None
-    error: str | None = None
-    note: str | None = None
-
-
 class ScoreResponse(BaseModel):
-    results: list[ItemResult]
+    results: list[RewardResult]
 
 
 class ProblemTypeInfo(BaseModel):
@@ -151,7 +141,7 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
             score_items, pairs, config, limiter=scoring_slots
         )
         metrics.observe_items(results)
-        return ScoreResponse(results=[ItemResult(**r.model_dump()) for r in results])
+        return ScoreResponse(results=results)
 
     @app.get("/v1/problem-types", response_model=ProblemTypesResponse)
     async def problem_types() -> ProblemTypesResponse:

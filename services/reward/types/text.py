@@ -22,12 +22,9 @@ def text_truth(sample: RewardSample, kind: str) -> str:
     return str(sample.answer).strip()
 
 
-@register
-class Ocr(ProblemType):
-    name = "ocr"
-    description = (
-        "Text read from the video; accuracy 1 − WER (casefolded, punctuation dropped), floored at 0."
-    )
+class _FreeText(ProblemType):
+    """Shared by the free-text types: the whole answer text is the prediction."""
+
     narrow_phrases = False
 
     def parse_truth(self, sample: RewardSample) -> str:
@@ -35,26 +32,27 @@ class Ocr(ProblemType):
 
     def extract(self, text: str, sample: RewardSample) -> str | None:
         return text.strip() or None
+
+
+@register
+class Ocr(_FreeText):
+    name = "ocr"
+    description = (
+        "Text read from the video; accuracy 1 − WER (casefolded, punctuation dropped), floored at 0."
+    )
 
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
         return max(0.0, 1.0 - word_error_rate(words(truth), words(parsed)))
 
 
 @register
-class OpenEnded(ProblemType):
+class OpenEnded(_FreeText):
     name = "open-ended"
     aliases = ("free-form", "free form", "open ended", "video qa", "video description", "open")
     description = (
         f"Free text; mean ROUGE-1/2/L F1, or normalised exact match when the truth has ≤ "
         f"{SHORT_ANSWER_WORDS} words."
     )
-    narrow_phrases = False
-
-    def parse_truth(self, sample: RewardSample) -> str:
-        return text_truth(sample, self.name)
-
-    def extract(self, text: str, sample: RewardSample) -> str | None:
-        return text.strip() or None
 
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
         if len(normalise_text(truth).split()) <= SHORT_ANSWER_WORDS:
