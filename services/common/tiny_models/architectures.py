@@ -1,0 +1,253 @@
+"""Tiny architectures per model family: the config and processors of a random-weight checkpoint.
+
+One registered entry per family. Every family shares the same tiny text decoder shape (hidden 128,
+2 layers, 2 query heads, 1 KV head of width 64) and a 2-block, 64-wide vision tower with the family's
+real patch geometry from :mod:`services.common.families`, so frames resized for a real checkpoint of
+the family fit the tiny one too. About 1.7M parameters: an engine starts and a step trains in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import (
+    PretrainedConfig,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLProcessor,
+    Qwen2VLConfig,
+    Qwen2VLImageProcessor,
+    Qwen2VLProcessor,
+    Qwen2VLVideoProcessor,
+    Qwen3VLConfig,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
+from transformers.processing_utils import ProcessorMixin
+
+from services.common.families import Family, FamilyName, get_family
+
+# Qwen2/2.5-VL normalise with CLIP's statistics, Qwen3-VL with 0.5/0.5. vLLM normalises videos with the
+# image processor's mean/std, so both processors of a checkpoint must carry the same pair.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+HALF = (0.5, 0.5, 0.5)
+
+TEXT_HIDDEN = 128
+TEXT_INTERMEDIATE = 256
+TEXT_LAYERS = 2
+TEXT_HEADS = 2
+TEXT_KV_HEADS = 1
+HEAD_DIM = TEXT_HIDDEN // TEXT_HEADS
+# Rotary halves of the head (64 / 2 = 32) split over (temporal, height, width): 8 + 12 + 12 = 32.
+MROPE_SECTION = [8, 12, 12]
+MAX_POSITIONS = 32_768
+VISION_WIDTH = 64
+VISION_INTERMEDIATE = 128
+VISION_DEPTH = 2
+VISION_HEADS = 2
+VOCAB_MULTIPLE = 64
+# Pixel bounds in merged patches ("tokens"); small so vLLM's profiling pass stays within a short context.
+IMAGE_MIN_TOKENS = 4
+IMAGE_MAX_TOKENS = 256
+VIDEO_MIN_TOKENS = 4
+VIDEO_MAX_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    """Ids the config must agree on with the tokenizer."""
+
+    vocab_size: int  # embedding rows: tokenizer length rounded up to a multiple of 64
+    bos: int  # <|endoftext|>
+    eos: int  # <|im_end|>
+    pad: int  # <|endoftext|>
+    image: int
+    video: int
+    vision_start: int
+    vision_end: int
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> TokenIds:
+        def tid(token: str) -> int:
+            return tokenizer.convert_tokens_to_ids(token)
+
+        rows = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+        return cls(
+            vocab_size=rows,
+            bos=tid("<|endoftext|>"),
+            eos=tid("<|im_end|>"),
+            pad=tid("<|endoftext|>"),
+            image=tid("<|image_pad|>"),
+            video=tid("<|video_pad|>"),
+            vision_start=tid("<|vision_start|>"),
+            vision_end=tid("<|vision_end|>"),
+        )
+
+    def vision_ids(self) -> dict[str, int]:
+        return {
+            "image_token_id": self.image,
+            "video_token_id": self.video,
+            "vision_start_token_id": self.vision_start,
+            "vision_end_token_id": self.vision_end,
+        }
+
+
+@dataclass(frozen=True)
+class TinyArchitecture:
+    family: Family
+    make_config: Callable[[TokenIds], PretrainedConfig]
+    processor_cls: type[ProcessorMixin]
+    video_processor_cls: type
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    def make_processor(self, tokenizer: Any, chat_template: str) -> ProcessorMixin:
+        """Processor with identical image/video normalisation and the family's patch geometry."""
+        fam = self.family
+        shared = {
+            "patch_size": fam.patch_size,
+            "merge_size": fam.merge_size,
+            "temporal_patch_size": fam.temporal_patch_size,
+            "image_mean": list(self.mean),
+            "image_std": list(self.std),
+        }
+        area = fam.factor**2
+        image = Qwen2VLImageProcessor(
+            size={"shortest_edge": IMAGE_MIN_TOKENS * area, "longest_edge": IMAGE_MAX_TOKENS * area}, **shared
+        )
+        video = self.video_processor_cls(
+            size={"shortest_edge": VIDEO_MIN_TOKENS * area, "longest_edge": VIDEO_MAX_TOKENS * area},
+            cap_pixels_per_frame=True,
+            **shared,
+        )
+        return self.processor_cls(
+            image_processor=image, video_processor=video, tokenizer=tokenizer, chat_template=chat_template
+        )
+
+
+ARCHITECTURES: dict[FamilyName, TinyArchitecture] = {}
+
+
+def register(
+    name: FamilyName,
+    *,
+    processor_cls: type[ProcessorMixin],
+    video_processor_cls: type,
+    mean: tuple[float, float, float],
+    std: tuple[float, float, float],
+) -> Callable[[Callable[[TokenIds], PretrainedConfig]], Callable[[TokenIds], PretrainedConfig]]:
+    def decorate(
+        make_config: Callable[[TokenIds], PretrainedConfig],
+    ) -> Callable[[TokenIds], PretrainedConfig]:
+        ARCHITECTURES[name] = TinyArchitecture(
+            get_family(name), make_config, processor_cls, video_processor_cls, mean, std
+        )
+        return make_config
+
+    return decorate
+
+
+def get_architecture(name: str | FamilyName) -> TinyArchitecture:
+    family = get_family(name)
+    try:
+        return ARCHITECTURES[family.name]
+    except KeyError:
+        known = ", ".join(sorted(f.value for f in ARCHITECTURES))
+        raise ValueError(
+            f"no tiny architecture for family {family.name.value!r}; available: {known}"
+        ) from None
+
+
+def _text(ids: TokenIds, rope_theta: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "vocab_size": ids.vocab_size,
+        "hidden_size": TEXT_HIDDEN,
+        "intermediate_size": TEXT_INTERMEDIATE,
+        "num_hidden_layers": TEXT_LAYERS,
+        "num_attention_heads": TEXT_HEADS,
+        "num_key_value_heads": TEXT_KV_HEADS,
+        "max_position_embeddings": MAX_POSITIONS,
+        "bos_token_id": ids.bos,
+        "eos_token_id": ids.eos,
+        "pad_token_id": ids.pad,
+        "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": MROPE_SECTION},
+        **extra,
+    }
+
+
+def _vision(family: FamilyName, **extra: Any) -> dict[str, Any]:
+    """The vision tower of Qwen2.5-VL and Qwen3-VL (same field names) with the family's geometry."""
+    fam = get_family(family)
+    return {
+        "depth": VISION_DEPTH,
+        "hidden_size": VISION_WIDTH,
+        "intermediate_size": VISION_INTERMEDIATE,
+        "num_heads": VISION_HEADS,
+        "out_hidden_size": TEXT_HIDDEN,
+        "patch_size": fam.patch_size,
+        "spatial_merge_size": fam.merge_size,
+        "temporal_patch_size": fam.temporal_patch_size,
+        **extra,
+    }
+
+
+@register(
+    FamilyName.qwen2_vl,
+    processor_cls=Qwen2VLProcessor,
+    video_processor_cls=Qwen2VLVideoProcessor,
+    mean=CLIP_MEAN,
+    std=CLIP_STD,
+)
+def qwen2_vl_config(ids: TokenIds) -> PretrainedConfig:
+    fam = get_family(FamilyName.qwen2_vl)
+    vision = {
+        "depth": VISION_DEPTH,
+        "embed_dim": VISION_WIDTH,
+        "hidden_size": TEXT_HIDDEN,  # Qwen2-VL's merger projects to the text width under this name
+        "mlp_ratio": VISION_INTERMEDIATE // VISION_WIDTH,
+        "num_heads": VISION_HEADS,
+        "patch_size": fam.patch_size,
+        "spatial_merge_size": fam.merge_size,
+        "temporal_patch_size": fam.temporal_patch_size,
+    }
+    return Qwen2VLConfig(
+        text_config=_text(ids, rope_theta=1_000_000.0),
+        vision_config=vision,
+        dtype="float32",
+        **ids.vision_ids(),
+    )
+
+
+@register(
+    FamilyName.qwen2_5_vl,
+    processor_cls=Qwen2_5_VLProcessor,
+    video_processor_cls=Qwen2VLVideoProcessor,
+    mean=CLIP_MEAN,
+    std=CLIP_STD,
+)
+def qwen2_5_vl_config(ids: TokenIds) -> PretrainedConfig:
+    # Windowed attention over 112-pixel windows (4x4 merged patches) in block 0, full in block 1.
+    vision = _vision(FamilyName.qwen2_5_vl, window_size=112, fullatt_block_indexes=[1], tokens_per_second=2)
+    return Qwen2_5_VLConfig(
+        text_config=_text(ids, rope_theta=1_000_000.0),
+        vision_config=vision,
+        dtype="float32",
+        **ids.vision_ids(),
+    )
+
+
+@register(
+    FamilyName.qwen3_vl,
+    processor_cls=Qwen3VLProcessor,
+    video_processor_cls=Qwen3VLVideoProcessor,
+    mean=HALF,
+    std=HALF,
+)
+def qwen3_vl_config(ids: TokenIds) -> PretrainedConfig:
+    text = _text(ids, rope_theta=5_000_000.0, head_dim=HEAD_DIM)
+    text["rope_parameters"]["mrope_interleaved"] = True
+    # 256 learned positions: a 16x16 grid, interpolated per frame; deepstack features from block 1
+    vision = _vision(FamilyName.qwen3_vl, num_position_embeddings=256, deepstack_visual_indexes=[1])
+    return Qwen3VLConfig(text_config=text, vision_config=vision, dtype="float32", **ids.vision_ids())

@@ -1,0 +1,60 @@
+"""Write a tiny random-weight Qwen-VL checkpoint that transformers and vLLM load offline."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForImageTextToText, GenerationConfig
+
+from services.common.tiny_models.architectures import TokenIds, get_architecture
+from services.common.tiny_models.tokenizer import chat_template, real_qwen_tokenizer, trained_tokenizer
+
+# transformers >= 5 reads processor_config.json; vLLM and older readers look for these two as well.
+LEGACY_IMAGE_CONFIG = "preprocessor_config.json"
+LEGACY_VIDEO_CONFIG = "video_preprocessor_config.json"
+
+
+def build_tiny_model(family: str, out: Path, seed: int = 0, real_tokenizer: bool = False) -> Path:
+    """Write config, fp32 safetensors weights, tokenizer, chat template and processor configs to ``out``.
+
+    Deterministic: the same family, seed and tokenizer choice give byte-identical weights. ``out`` must
+    not exist or be an empty folder; the checkpoint is assembled in a sibling temp folder and renamed
+    into place, so a reader never sees half a checkpoint.
+    """
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder; choose a new output path")
+    arch = get_architecture(family)
+    tokenizer = real_qwen_tokenizer() if real_tokenizer else trained_tokenizer()
+    config = arch.make_config(TokenIds.from_tokenizer(tokenizer))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.text_config.bos_token_id,
+        eos_token_id=[config.text_config.eos_token_id, config.text_config.bos_token_id],
+        pad_token_id=config.text_config.pad_token_id,
+    )
+    processor = arch.make_processor(tokenizer, chat_template())
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        processor.image_processor.to_json_file(staging / LEGACY_IMAGE_CONFIG)
+        processor.video_processor.to_json_file(staging / LEGACY_VIDEO_CONFIG)
+        # mkdtemp makes a private folder; a checkpoint is read by other users and containers too
+        staging.chmod(0o755)
+        for path in staging.iterdir():
+            path.chmod(0o644)
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out

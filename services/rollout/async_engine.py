@@ -1,0 +1,146 @@
+"""The streaming rollout engine over ``vllm.AsyncLLM``: concurrent requests, token deltas as they come,
+and weight pushes that pause generation without losing in-flight requests.
+
+Construct it inside the event loop that will use it (vLLM binds its output handler to that loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.rollout.engine_base import EngineBase
+from services.rollout.groups import assemble_groups, online_counts
+from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
+from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample, StreamDelta
+from services.rollout.vllm_bridge import delta_from, engine_kwargs, sampling_params
+from services.rollout.weight_sync import Weights, reload_call
+
+_request_ids = itertools.count()
+
+
+@dataclass
+class _Accumulator:
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    def add(self, delta: StreamDelta) -> None:
+        self.token_ids += delta.token_ids
+        self.logprobs += delta.logprobs
+        self.text.append(delta.text)
+        self.finish_reason = delta.finish_reason or self.finish_reason
+
+    def response(self) -> RolloutResponse:
+        return RolloutResponse(
+            token_ids=self.token_ids,
+            logprobs=self.logprobs,
+            text="".join(self.text),
+            finish_reason=self.finish_reason or "abort",
+        )
+
+
+class AsyncRolloutEngine(EngineBase):
+    """Streaming rollouts with ``AsyncLLM``; close with ``await aclose()`` from the same loop."""
+
+    def _launch(self) -> None:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(**engine_kwargs(self.checkpoint.path, self.config))
+        self.engine = self._start(lambda: AsyncLLM.from_engine_args(args))
+
+    async def prepare(self, samples: Sequence[RolloutSample]) -> list[EngineInput]:
+        """Media loading off the event loop (frames are read from the store)."""
+        return await asyncio.to_thread(prepare_inputs, samples, self.checkpoint, self.source, self.config)
+
+    async def _deltas(
+        self, item: EngineInput, n: int, **overrides: Any
+    ) -> AsyncIterator[tuple[list[int], StreamDelta]]:
+        """(prompt token ids, delta) pairs for ``n`` responses to one prepared input."""
+        from vllm.sampling_params import RequestOutputKind
+
+        params = sampling_params(
+            self.config,
+            n,
+            self.checkpoint.placeholder_token_ids,
+            output_kind=RequestOutputKind.DELTA,
+            **overrides,
+        )
+        request_id = f"{item.sample.id}-{next(_request_ids)}"
+        prompt_ids: list[int] = []
+        async for output in self.engine.generate(item.prompt, params, request_id):
+            if not prompt_ids and output.prompt_token_ids is not None:
+                prompt_ids = list(output.prompt_token_ids)
+                check_feature_count(item, prompt_ids, self.checkpoint.video_token_id)
+            for completion in output.outputs:
+                yield prompt_ids, delta_from(item.sample.id, completion)
+
+    async def stream(
+        self, sample: RolloutSample, n: int | None = None, **overrides: Any
+    ) -> AsyncIterator[StreamDelta]:
+        """Deltas of ``n`` (default ``config.n``) responses to ``sample`` as vLLM produces them."""
+        (item,) = await self.prepare([sample])
+        async for _, delta in self._deltas(item, n or self.config.n, **overrides):
+            yield delta
+
+    async def _collect(
+        self, item: EngineInput, n: int, **overrides: Any
+    ) -> tuple[list[int], list[RolloutResponse]]:
+        responses = [_Accumulator() for _ in range(n)]
+        prompt_ids: list[int] = []
+        async for ids, delta in self._deltas(item, n, **overrides):
+            prompt_ids = ids
+            responses[delta.index].add(delta)
+        return prompt_ids, [r.response() for r in responses]
+
+    async def rollout(
+        self, samples: Sequence[RolloutSample], n: int | None = None, **overrides: Any
+    ) -> list[RolloutGroup]:
+        """Like ``RolloutEngine.rollout``, with every sample's request in flight at once."""
+        config = self._call_config(n)
+        inputs = await self.prepare(samples)
+        counts = online_counts(samples, config)
+        generated = await asyncio.gather(
+            *(self._collect(item, k, **overrides) for item, k in zip(inputs, counts, strict=True))
+        )
+        gate = self._gate_client(config)
+        return await asyncio.to_thread(assemble_groups, samples, generated, self.checkpoint, config, gate)
+
+    async def push_weights(self, weights: Weights, *, transport: str = "file") -> float:
+        """Pause (in-flight requests kept), load the weights, reset caches, resume; returns seconds.
+
+        Requests in flight continue under the new weights after the push.
+        """
+        started = time.perf_counter()
+        await self.engine.pause_generation(mode="keep")
+        try:
+            with reload_call(weights, transport) as (method, args, kwargs):
+                await self.engine.collective_rpc(method, args=args, kwargs=kwargs)
+            await self.engine.reset_encoder_cache()
+            await self.engine.reset_prefix_cache()
+        finally:
+            await self.engine.resume_generation()
+        return time.perf_counter() - started
+
+    async def aclose(self) -> None:
+        """Shut down from inside the engine's event loop, letting its output handler task finish."""
+        handler = getattr(self.engine, "output_handler", None) if self._open else None
+        self.shutdown()
+        if handler is not None:
+            await asyncio.wait([handler])
+
+    def shutdown(self) -> None:
+        """Stop the engine's processes and remove the files they left behind (idempotent)."""
+        if not self._begin_shutdown():
+            return
+        self.engine.shutdown()
+        # AsyncLLM.__del__ calls shutdown again; dropping it now runs that while the interpreter is
+        # whole, instead of at exit, where it fails on half-torn-down modules (a noisy TypeError).
+        self.engine = None
+        self._end_shutdown()

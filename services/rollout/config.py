@@ -1,0 +1,74 @@
+"""Rollout configuration: sampling, engine arguments, mix-policy and per-modality pixel budgets.
+
+The one place where rollout defaults live; the trainer's config tree embeds :class:`RolloutConfig`.
+Defaults suit a CPU laptop with a tiny model; a GPU cluster overrides ``engine`` (see docs/rollout.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+GiB = 1 << 30
+
+
+class EngineConfig(BaseModel):
+    """Arguments of the vLLM engine (``vllm.LLM`` / ``AsyncLLM``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "auto" lets vLLM pick (it downcasts fp32 checkpoints to 16-bit); train/infer parity tests use float32.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_model_len: int = Field(4096, gt=0)
+    # KV cache size; null sizes it from gpu_memory_utilization (GPU only). VLLM_CPU_KVCACHE_SPACE, if set
+    # in the environment, takes precedence on CPU (vLLM's legacy setting).
+    kv_cache_gib: float | None = Field(1.0, gt=0)
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = Field(1, ge=1)
+    max_num_seqs: int | None = Field(None, gt=0)
+    limit_mm_per_prompt: dict[Literal["image", "video"], int] = Field(
+        default_factory=lambda: {"image": 1, "video": 1}
+    )
+    # raw: log-softmax of the model's logits (temperature 1), what the trainer's teacher-forced forward
+    # computes and what the consistency tests compare. processed: the distribution actually sampled
+    # (after temperature, top-k/top-p and logit biases).
+    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = "raw_logprobs"
+
+
+class RolloutConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(8, ge=1, description="responses per prompt (GRPO group size)")
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, gt=0, description="null: no top-k truncation")
+    max_tokens: int = Field(512, gt=0, description="response length limit in tokens")
+    seed: int = Field(0, description="engine seed: same seed, requests and weights → same rollouts")
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    # Mixed offline/online groups (SPEC §5): n-1 generated responses + the sample's offline_output.
+    mix_policy: bool = False
+    # With a threshold, n responses are generated and the last is replaced by the offline one only when
+    # the online mean accuracy is below it; null always injects (generating n-1).
+    mix_accuracy_threshold: float | None = Field(None, ge=0.0, le=1.0)
+
+    # Per-modality pixel budgets. Images are resized by the processor into [min, max]; videos arrive
+    # resized by the frame store and a frame above video_max_pixels is an error naming the sample.
+    image_min_pixels: int = Field(4 * 28 * 28, gt=0)
+    image_max_pixels: int = Field(1280 * 28 * 28, gt=0)
+    video_max_pixels: int | None = Field(768 * 32 * 32, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutConfig:
+        if self.image_min_pixels > self.image_max_pixels:
+            raise ValueError(
+                f"image_min_pixels ({self.image_min_pixels}) exceeds image_max_pixels ({self.image_max_pixels})"
+            )
+        if self.mix_policy and self.n < 2:
+            raise ValueError("mix_policy needs n >= 2 (n-1 generated responses plus the offline one)")
+        if self.mix_accuracy_threshold is not None and not self.mix_policy:
+            raise ValueError("mix_accuracy_threshold is set but mix_policy is off; set mix_policy: true")
+        return self

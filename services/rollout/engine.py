@@ -1,0 +1,97 @@
+"""The batch rollout engine: samples with frame-store keys in, groups of responses with logprobs out.
+
+One ``vllm.LLM`` per engine. The same class serves a tiny CPU checkpoint in tests and a real Qwen-VL
+checkpoint on a GPU cluster; only :class:`~services.rollout.config.EngineConfig` changes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from services.rollout.engine_base import EngineBase
+from services.rollout.groups import Generated, assemble_groups, online_counts
+from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
+from services.rollout.samples import RolloutGroup, RolloutSample
+from services.rollout.vllm_bridge import engine_kwargs, response_from, sampling_params
+from services.rollout.weight_sync import Weights, reload_call
+
+
+class RolloutEngine(EngineBase):
+    """Batch rollouts with ``vllm.LLM``; use as a context manager or call :meth:`shutdown`."""
+
+    def _launch(self) -> None:
+        from vllm import LLM
+
+        self.llm = self._start(lambda: LLM(**engine_kwargs(self.checkpoint.path, self.config)))
+
+    def prepare(self, samples: Sequence[RolloutSample]) -> list[EngineInput]:
+        """Load and check each sample's media and render its prompt (errors name the sample)."""
+        return prepare_inputs(samples, self.checkpoint, self.source, self.config)
+
+    def generate(
+        self, inputs: Sequence[EngineInput], counts: Sequence[int], **overrides: Any
+    ) -> list[Generated]:
+        """``counts[i]`` responses to ``inputs[i]``: (prompt token ids, responses) per input."""
+        banned = self.checkpoint.placeholder_token_ids
+        params = [sampling_params(self.config, n, banned, **overrides) for n in counts]
+        outputs = self.llm.generate([item.prompt for item in inputs], params, use_tqdm=False)
+        results = []
+        for item, output in zip(inputs, outputs, strict=True):
+            prompt_ids = list(output.prompt_token_ids)
+            check_feature_count(item, prompt_ids, self.checkpoint.video_token_id)
+            results.append((prompt_ids, [response_from(c) for c in output.outputs]))
+        return results
+
+    def rollout(
+        self, samples: Sequence[RolloutSample], n: int | None = None, **overrides: Any
+    ) -> list[RolloutGroup]:
+        """A group of ``n`` (default ``config.n``) responses per sample, offline responses mixed in per
+        the config. ``overrides`` replace sampling parameters for this call (e.g. ``temperature=0``)."""
+        config = self._call_config(n)
+        generated = self.generate(self.prepare(samples), online_counts(samples, config), **overrides)
+        return assemble_groups(samples, generated, self.checkpoint, config, self._gate_client(config))
+
+    def push_weights(self, weights: Weights, *, transport: str = "file") -> float:
+        """Load new weights into the running engine; returns the seconds it took.
+
+        ``weights``: a state dict (checkpoint names, as the HF model's ``state_dict()``), the bytes of a
+        safetensors file, or a folder of safetensors files. A state dict travels by ``transport``
+        "file" (a safetensors file in /dev/shm) or "bytes" (inside the RPC).
+        """
+        started = time.perf_counter()
+        with reload_call(weights, transport) as (method, args, kwargs):
+            self.llm.collective_rpc(method, args=args, kwargs=kwargs)
+        # Encoder outputs and prefix KV blocks cached under the old weights: a repeated clip would hit a
+        # stale entry, or a missing one that kills the engine ("Encoder cache miss").
+        self.reset_caches(processed_inputs=False)
+        return time.perf_counter() - started
+
+    def reset_caches(self, processed_inputs: bool = True) -> None:
+        """Forget cached encoder outputs and prefix KV blocks (and, with ``processed_inputs``, the
+        processed pixel values of recent media): the next request computes everything afresh."""
+        self.llm.llm_engine.reset_encoder_cache()
+        self.llm.reset_prefix_cache()
+        if processed_inputs:
+            self.llm.llm_engine.reset_mm_cache()
+
+    def worker_runtime(self) -> list[dict[str, Any]]:
+        """Facts each worker process reports (``WeightSyncExtension.reelrl_runtime``)."""
+        return self.llm.collective_rpc("reelrl_runtime")
+
+    def shutdown(self) -> None:
+        """Stop the engine's processes and remove the files they left behind (idempotent)."""
+        if not self._begin_shutdown():
+            return
+        engine = self.llm.llm_engine
+        if (renderer := getattr(engine, "renderer", None)) is not None:
+            renderer.shutdown()
+        engine.engine_core.shutdown()
+        self._end_shutdown()
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

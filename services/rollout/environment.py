@@ -1,0 +1,72 @@
+"""The process environment vLLM reads, set in this one place while an engine is constructed.
+
+Defaults (``os.environ.setdefault``: a value the operator exported wins):
+- ``HF_HUB_OFFLINE=1``: checkpoints are local folders; nothing may reach for a hub at run time.
+- ``VLLM_CPU_OMP_THREADS_BIND=auto``: pin the CPU worker's OpenMP threads (``nobind`` was ~14x slower
+  here). Two engines in one process run well when each is pinned to its own core: export ``0`` / ``1``.
+- ``VLLM_ENABLE_V1_MULTIPROCESSING=1``: the engine core in its own process (start-up 4 s faster with
+  ``0``, but generation ~8x slower).
+
+Per engine, while it is constructed (its processes are spawned then and inherit the values):
+- ``TMPDIR`` and ``VLLM_RPC_BASE_PATH`` point at a private folder. vLLM's processes leave ZMQ socket
+  files and gloo rendezvous files (``vllm_dist_*``) in the temp directory and never remove them; the
+  engine removes its folder, and with it those files, on shutdown. An exported ``VLLM_RPC_BASE_PATH``
+  is kept. This process's own temp directory is pinned first, so nothing else here moves.
+
+Deliberately not set: ``VLLM_CPU_KVCACHE_SPACE``. The KV cache is sized by the engine argument
+``kv_cache_memory_bytes`` (``EngineConfig.kv_cache_gib``: fractions allowed, CPU and GPU alike); if
+exported anyway, vLLM's CPU platform lets it override that argument.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "auto",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+}
+PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH")
+
+
+@contextmanager
+def engine_environment() -> Iterator[Path]:
+    """Apply the defaults and a fresh private folder for the engine being constructed inside.
+
+    Yields the folder; the caller removes it (:func:`remove_private_folder`) after shutting down.
+    """
+    for name, value in DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    tempfile.gettempdir()  # caches this process's temp dir before TMPDIR changes below
+    _uncache_vllm_envs()
+    folder = Path(tempfile.mkdtemp(prefix="reelrl-vllm-"))
+    saved = {name: os.environ.get(name) for name in PRIVATE}
+    os.environ["TMPDIR"] = str(folder)
+    os.environ.setdefault("VLLM_RPC_BASE_PATH", str(folder))
+    try:
+        yield folder
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _uncache_vllm_envs() -> None:
+    """vLLM freezes its environment reads once an in-process engine core has started; a later engine
+    in this process must see its own folder."""
+    import vllm.envs
+
+    if vllm.envs._is_envs_cache_enabled():
+        vllm.envs.disable_envs_cache()
+
+
+def remove_private_folder(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)

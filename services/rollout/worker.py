@@ -1,0 +1,53 @@
+"""The rollout worker as a Ray actor: a :class:`RolloutEngine` that the trainer drives remotely.
+
+vLLM runs inside the actor with its default executor (vLLM's own Ray executor is refused on CPU).
+Only sample dicts with frame-store keys go in and response groups come out; new weights arrive as
+safetensors bytes (through Ray's object store) or as a path on a filesystem the actor can read.
+Call ``shutdown`` before killing the actor: a killed engine leaks its shared-memory segment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from services.rollout.config import RolloutConfig
+from services.rollout.engine import RolloutEngine
+from services.rollout.samples import RolloutSample
+
+
+class RolloutWorker:
+    def __init__(
+        self, model: str, config: dict[str, Any] | None = None, frame_root: str | None = None
+    ) -> None:
+        source = None
+        if frame_root is not None:
+            from services.common.frames import FrameStore
+
+            source = FrameStore(Path(frame_root))
+        self.engine = RolloutEngine(model, RolloutConfig.model_validate(config or {}), source=source)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "model": self.engine.checkpoint.path,
+            "family": self.engine.family.name.value,
+            "startup_s": self.engine.startup_s,
+            "temp_folder": str(self.engine.temp_folder),
+        }
+
+    def rollout(self, samples: list[dict[str, Any]], **overrides: Any) -> list[dict[str, Any]]:
+        groups = self.engine.rollout([RolloutSample.model_validate(s) for s in samples], **overrides)
+        return [g.model_dump() for g in groups]
+
+    def push_weights(self, weights: bytes | str, transport: str = "file") -> float:
+        return self.engine.push_weights(weights, transport=transport)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+def rollout_actor_class(num_cpus: float = 1.0, **options: Any) -> Any:
+    """``RolloutWorker`` as a Ray actor class; ``.remote(model, config_dict, frame_root)`` starts one."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, **options)(RolloutWorker)

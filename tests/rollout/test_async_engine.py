@@ -1,0 +1,99 @@
+"""The streaming engine (AsyncLLM): deltas, concurrent rollouts matching the HF model, and a weight
+push while requests are in flight (paused with the requests kept, then resumed)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+TOLERANCE = 1e-5
+
+
+def gap(expected: torch.Tensor, got: list[float]) -> float:
+    return (expected - torch.tensor(got)).abs().max().item()
+
+
+def test_stream_yields_deltas_that_add_up_to_whole_responses(async_engine, loop_thread, video_sample):
+    sample = video_sample("qwen2_5_vl", "tall_in_time", "stream")
+
+    async def collect():
+        return [delta async for delta in async_engine.stream(sample, n=2)]
+
+    deltas = loop_thread.run(collect())
+    assert {d.sample_id for d in deltas} == {"stream"}
+    for index in (0, 1):
+        mine = [d for d in deltas if d.index == index]
+        assert len(mine) > 1  # streamed, not delivered whole
+        tokens = [t for d in mine for t in d.token_ids]
+        assert 0 < len(tokens) <= async_engine.config.max_tokens
+        assert sum(len(d.logprobs) for d in mine) == len(tokens)
+        assert [d.finish_reason is not None for d in mine] == [False] * (len(mine) - 1) + [True]
+
+
+def test_concurrent_rollouts_match_the_hf_model(
+    async_engine, loop_thread, video_sample, tiny_models, hf_model, hf_logprobs
+):
+    samples = [
+        video_sample("qwen2_5_vl", clip, f"async-{i}")
+        for i, clip in enumerate(["tall_in_time", "wide", "wide"])
+    ]
+    groups = loop_thread.run(async_engine.rollout(samples))
+    hf = hf_model(tiny_models["qwen2_5_vl"])
+    assert [g.sample_id for g in groups] == ["async-0", "async-1", "async-2"]
+    for sample, group in zip(samples, groups, strict=True):
+        assert len(group.responses) == 4
+        for response in group.responses[:2]:
+            assert (
+                gap(hf_logprobs(async_engine, hf, sample, response.token_ids), response.logprobs) < TOLERANCE
+            )
+
+
+def test_weights_pushed_mid_stream_keep_requests_alive(
+    async_engine, loop_thread, video_sample, tiny_models, hf_model, hf_logprobs
+):
+    old = hf_model(tiny_models["qwen2_5_vl"])
+    new = copy.deepcopy(old)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    samples = [video_sample("qwen2_5_vl", "wide", f"inflight-{i}") for i in range(3)]
+    max_tokens = 40
+
+    async def scenario():
+        started = [asyncio.Event() for _ in samples]
+        results: list[list] = [[] for _ in samples]
+
+        async def consume(i):
+            async for delta in async_engine.stream(samples[i], n=2, max_tokens=max_tokens, ignore_eos=True):
+                results[i].append(delta)
+                started[i].set()
+
+        tasks = [asyncio.create_task(consume(i)) for i in range(len(samples))]
+        await asyncio.gather(*(e.wait() for e in started))
+        await async_engine.push_weights(new.state_dict())
+        await asyncio.gather(*tasks)
+        after = await async_engine.rollout([samples[0]], n=2)
+        return results, after
+
+    try:
+        results, after = loop_thread.run(scenario())
+        for deltas in results:
+            for index in (0, 1):
+                mine = [d for d in deltas if d.index == index]
+                # every request ran to its full length after the pause, none was aborted
+                assert sum(len(d.token_ids) for d in mine) == max_tokens
+                assert mine[-1].finish_reason == "length"
+        for response in after[0].responses:
+            assert (
+                gap(hf_logprobs(async_engine, new, samples[0], response.token_ids), response.logprobs)
+                < TOLERANCE
+            )
+    finally:
+        loop_thread.run(async_engine.push_weights(old.state_dict(), transport="bytes"))
+    restored = loop_thread.run(async_engine.rollout([samples[0]], n=1))[0].responses[0]
+    assert gap(hf_logprobs(async_engine, old, samples[0], restored.token_ids), restored.logprobs) < TOLERANCE

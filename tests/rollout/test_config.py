@@ -1,0 +1,50 @@
+"""Rollout configuration: defaults in one place, bad combinations rejected with the fix."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from services.rollout.config import GiB, RolloutConfig
+from services.rollout.vllm_bridge import engine_kwargs
+
+
+def test_unknown_keys_are_rejected():
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        RolloutConfig.model_validate({"n": 4, "temprature": 0.7})
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        RolloutConfig.model_validate({"engine": {"max_len": 10}})
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mix_policy": True, "n": 1}, "mix_policy needs n >= 2"),
+        ({"mix_accuracy_threshold": 0.5}, "set mix_policy: true"),
+        ({"image_min_pixels": 10_000, "image_max_pixels": 100}, "image_min_pixels .* exceeds"),
+        ({"top_p": 0.0}, "greater than 0"),
+    ],
+)
+def test_bad_combinations_say_what_to_fix(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        RolloutConfig.model_validate(fields)
+
+
+def test_engine_kwargs_carry_the_config():
+    config = RolloutConfig.model_validate(
+        {"seed": 3, "engine": {"dtype": "float32", "max_model_len": 1024, "kv_cache_gib": 0.5}}
+    )
+    kwargs = engine_kwargs("/ckpt", config)
+    assert kwargs["model"] == "/ckpt"
+    assert kwargs["dtype"] == "float32"
+    assert kwargs["max_model_len"] == 1024
+    assert kwargs["seed"] == 3
+    assert kwargs["logprobs_mode"] == "raw_logprobs"
+    assert kwargs["kv_cache_memory_bytes"] == GiB // 2  # 0.5 GiB = 536,870,912 bytes
+    assert kwargs["worker_extension_cls"] == "services.rollout.weight_sync.WeightSyncExtension"
+
+
+def test_no_kv_cache_size_leaves_vllm_to_size_it_from_gpu_memory():
+    kwargs = engine_kwargs("/ckpt", RolloutConfig.model_validate({"engine": {"kv_cache_gib": None}}))
+    assert "kv_cache_memory_bytes" not in kwargs
+    assert kwargs["gpu_memory_utilization"] == 0.6

@@ -1,0 +1,126 @@
+"""Loading a sample's clips: metadata for the processors, and the checks that name the sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.common.families import get_family
+from services.rollout.media import MediaError, load_media, video_metadata, video_tokens
+from services.rollout.samples import RolloutSample
+
+QWEN25 = get_family("qwen2_5_vl")  # patch 14, merge 2: frame sides multiples of 28
+
+
+def meta_for(frames: torch.Tensor, family: str = "qwen2_5_vl", **extra) -> dict:
+    fam = get_family(family)
+    t, h, w, _ = frames.shape
+    return {
+        "fps": 30.0,
+        "duration": 4.0,
+        "total_num_frames": 120,
+        "frames_indices": list(range(0, 120, 120 // t))[:t],
+        "height": h,
+        "width": w,
+        "backend": "pyav",
+        "params": {"family": family, "patch_size": fam.patch_size, "merge_size": fam.merge_size},
+        **extra,
+    }
+
+
+class DictSource:
+    def __init__(self, clips: dict) -> None:
+        self.clips = clips
+        self.expects: list = []
+
+    def load(self, key, expect=None):
+        self.expects.append(expect)
+        return self.clips[key]
+
+
+def frames(t: int, h: int, w: int) -> torch.Tensor:
+    return torch.zeros((t, h, w, 3), dtype=torch.uint8)
+
+
+def test_metadata_keeps_source_fps_and_indices_and_disables_resampling():
+    clip = frames(4, 56, 56)
+    meta = video_metadata(meta_for(clip))
+    assert meta == {
+        "fps": 30.0,
+        "duration": 4.0,
+        "total_num_frames": 120,
+        "frames_indices": [0, 30, 60, 90],
+        "width": 56,
+        "height": 56,
+        "video_backend": "pyav",
+        "do_sample_frames": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("shape", "family", "expected"),
+    [
+        ((8, 56, 56), "qwen2_5_vl", 16),  # (8/2)·(56/14)·(56/14) / 4 = 4·4·4/4
+        ((4, 56, 112), "qwen2_5_vl", 16),  # 2·4·8 / 4
+        ((8, 64, 64), "qwen3_vl", 16),  # 4·(64/16)·(64/16) / 4
+        ((2, 32, 32), "qwen3_vl", 1),  # 1·2·2 / 4
+    ],
+)
+def test_video_tokens(shape, family, expected):
+    assert video_tokens(frames(*shape).numpy(), get_family(family)) == expected
+
+
+def test_loads_videos_and_single_frame_images():
+    clip, image = frames(4, 56, 56), frames(1, 30, 40)
+    source = DictSource({"v": (clip, meta_for(clip)), "i": (image, {})})
+    sample = RolloutSample(id="s", prompt="q", videos=("v",), images=("i",))
+    media = load_media(sample, source, QWEN25, video_max_pixels=None)
+    assert media.videos[0][0].shape == (4, 56, 56, 3)
+    assert media.videos[0][1]["do_sample_frames"] is False
+    assert media.images[0].shape == (30, 40, 3)
+    assert set(media.multi_modal_data()) == {"video", "image"}
+
+
+def test_expected_params_are_passed_to_the_store():
+    clip = frames(4, 56, 56)
+    source = DictSource({"v": (clip, meta_for(clip))})
+    sample = RolloutSample(
+        id="s", prompt="q", videos=("v",), video_params={"family": "qwen2_5_vl", "fps": 1.0}
+    )
+    load_media(sample, source, QWEN25, video_max_pixels=None)
+    assert source.expects[0].fps == 1.0 and source.expects[0].family.value == "qwen2_5_vl"
+
+
+@pytest.mark.parametrize(
+    ("clip", "meta_update", "max_pixels", "message"),
+    [
+        (
+            frames(4, 64, 64),
+            {"params": {"family": "qwen3_vl", "patch_size": 16, "merge_size": 2}},
+            None,
+            "stored for family 'qwen3_vl' .* preprocess the video for qwen2_5_vl",
+        ),
+        (frames(3, 56, 56), {}, None, "3 frames is not a multiple of 2"),
+        (frames(4, 56, 60), {}, None, "56x60 is not a multiple of 28"),
+        (frames(4, 56, 112), {}, 56 * 56, "6272 pixels exceed video_max_pixels=3136"),
+        (frames(4, 56, 56), {"frames_indices": [0, 1]}, None, "lists 2 frame indices for 4 frames"),
+        (frames(4, 56, 56).float(), {}, None, "must be uint8"),
+    ],
+)
+def test_unusable_clips_name_the_sample_and_the_clip(clip, meta_update, max_pixels, message):
+    meta = {**meta_for(clip), **meta_update}
+    sample = RolloutSample(id="sample-42", prompt="q", videos=("clip-key",))
+    with pytest.raises(MediaError, match=rf"sample 'sample-42', video clip-key: .*{message}"):
+        load_media(sample, DictSource({"clip-key": (clip, meta)}), QWEN25, video_max_pixels=max_pixels)
+
+
+def test_an_image_key_must_hold_one_frame():
+    sample = RolloutSample(id="s9", prompt="q", images=("img",))
+    with pytest.raises(MediaError, match=r"sample 's9', image img: expected one uint8 frame"):
+        load_media(sample, DictSource({"img": (frames(2, 28, 28), {})}), QWEN25, video_max_pixels=None)
+
+
+def test_invalid_video_params_name_the_sample():
+    sample = RolloutSample(id="s3", prompt="q", videos=("v",), video_params={"fps": -1})
+    with pytest.raises(MediaError, match="sample 's3': invalid video_params"):
+        load_media(sample, DictSource({}), QWEN25, video_max_pixels=None)
