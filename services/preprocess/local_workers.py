@@ -26,7 +26,11 @@ class LocalWorkers:
             "--without-gossip", "--without-mingle", "--without-heartbeat",
             "--loglevel", self.loglevel,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, env=os.environ.copy(), start_new_session=True)
+        env = os.environ.copy()
+        # Containers and CI run as root; Celery's warning about it would bury the progress bar.
+        quiet = "ignore:You're running the worker with superuser privileges"
+        env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), quiet]))
+        self.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         return self
 
     def check_alive(self) -> None:
