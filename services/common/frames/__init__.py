@@ -1,9 +1,9 @@
 """The frame store: decode each video once, load it everywhere (SPEC §3)."""
 
 from services.common.frames.decoders import DecodeError, DecodeTimeout
-from services.common.frames.params import VideoParams, clip_key
+from services.common.frames.params import ParamsMismatch, VideoParams, check_params, clip_key
 from services.common.frames.pipeline import decode_clip
-from services.common.frames.store import CacheMode, ClipNotCached, FrameStore, ParamsMismatch
+from services.common.frames.store import CacheMode, ClipNotCached, FrameStore
 
 __all__ = [
     "CacheMode",
@@ -13,6 +13,7 @@ __all__ = [
     "FrameStore",
     "ParamsMismatch",
     "VideoParams",
+    "check_params",
     "clip_key",
     "decode_clip",
 ]

@@ -121,6 +121,21 @@ def clip_key(content_hash: str, params: VideoParams) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+class ParamsMismatch(ValueError):
+    """A clip exists, but under other decode parameters than the ones asked for."""
+
+
+def check_params(key: str, stored: dict[str, Any], expect: VideoParams | dict[str, Any] | None) -> None:
+    """Raise ParamsMismatch naming every field where ``stored`` (canonical) differs from ``expect``."""
+    if expect is None:
+        return
+    wanted = expect.canonical() if isinstance(expect, VideoParams) else dict(expect)
+    diff = diff_params(stored, wanted)
+    if diff:
+        detail = ", ".join(f"{k}: stored {a!r} != requested {b!r}" for k, (a, b) in diff.items())
+        raise ParamsMismatch(f"clip {key} was decoded with other parameters ({detail})")
+
+
 def diff_params(stored: dict[str, Any], expected: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Fields whose stored value differs from the expected one: name → (stored, expected)."""
     names = sorted(set(stored) | set(expected))

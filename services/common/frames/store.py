@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from services.common.frames.hashing import content_hash
-from services.common.frames.params import VideoParams, clip_key, diff_params
+from services.common.frames.params import VideoParams, check_params, clip_key
 from services.common.frames.pipeline import DEFAULT_DECODERS, decode_clip
 
 FRAMES_FILE = "frames.npy"
@@ -34,10 +34,6 @@ class CacheMode(enum.StrEnum):
 
 
 class ClipNotCached(LookupError):
-    pass
-
-
-class ParamsMismatch(ValueError):
     pass
 
 
@@ -105,12 +101,7 @@ class FrameStore:
             meta = json.loads((entry / META_FILE).read_text())
         except FileNotFoundError:
             raise ClipNotCached(f"clip {key} is not in the frame store at {self.root}") from None
-        if expect is not None:
-            wanted = expect.canonical() if isinstance(expect, VideoParams) else dict(expect)
-            diff = diff_params(meta["params"], wanted)
-            if diff:
-                detail = ", ".join(f"{k}: stored {a!r} != requested {b!r}" for k, (a, b) in diff.items())
-                raise ParamsMismatch(f"clip {key} was decoded with other parameters ({detail})")
+        check_params(key, meta["params"], expect)
         # copy-on-write mapping: pages are shared between processes through the page cache.
         array = np.load(entry / FRAMES_FILE, mmap_mode="c" if mmap else None)
         return torch.from_numpy(array), meta
