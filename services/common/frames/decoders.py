@@ -1,9 +1,22 @@
 """Video decoders behind one registry: open a file, report its stream facts, read frames by index.
 
-Every backend returns RGB uint8 frames (T, H, W, 3) and defines the frame count as the number of
-frames the stream presents, so sampling picks the same indices whichever backend decoded. decord's
-batch read is the fastest here (it seeks only when that pays); PyAV decodes every codec FFmpeg knows
-(VP9, AV1 that decord cannot), so it is the fallback.
+Every backend returns RGB uint8 frames (T, H, W, 3) defined the same way, so sampling picks the same
+indices, timestamps and pixels whichever backend decoded:
+
+- **Frame set**: the frames the file *presents*, after its edit list. A stream-copy cut
+  (``ffmpeg -ss … -c copy``) keeps the coded frames back to the previous keyframe and hides them with
+  an edit list; players, the container's duration and whoever annotated timestamps see only the
+  presented frames, so those are the video. FFmpeg (PyAV) flags the hidden frames as discarded and
+  never returns them. decord 0.6 counts them, yet drops them while decoding: its index i is presented
+  frame i when read from the start but presented frame i - hidden after a seek, and its last indices
+  repeat the final frame (measured). No index shift makes that right, so decord refuses such files and
+  the next backend (PyAV) decodes them.
+- **Orientation**: as displayed. A display-matrix rotation by a multiple of 90° is applied; decord
+  does it itself, PyAV returns stored pixels and we rotate them. Other angles and mirrored matrices
+  are left as stored by both (decord ignores them; an axis-aligned frame cannot show an angle).
+
+decord's batch read is the fastest here (it seeks only when that pays); PyAV decodes every codec FFmpeg
+knows (VP9, AV1 that decord cannot), so it is the fallback.
 """
 
 from __future__ import annotations
@@ -74,6 +87,13 @@ class _DecordVideo:
             self._reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=threads)
         except (decord.DECORDError, RuntimeError) as exc:
             raise DecodeError(f"{path}: decord cannot open it: {_first_line(exc)}") from exc
+        hidden = _hidden_by_edit_list(path)
+        if hidden:
+            raise DecodeError(
+                f"{path}: its edit list hides {hidden} of {len(self._reader)} coded frames and decord "
+                "ignores edit lists (wrong count, frames shifted after a seek); another backend must decode it"
+            )
+        # decord applies the display rotation itself: frame 0's shape is the displayed H×W.
         first = self._reader[0].shape
         self.info = _check_info(
             path, StreamInfo(len(self._reader), float(self._reader.get_avg_fps()), first[0], first[1], "?")
@@ -100,57 +120,118 @@ class _PyAVVideo:
             self._container = av.open(str(path))
         except (av.FFmpegError, OSError) as exc:
             raise DecodeError(f"{path}: PyAV cannot open it: {exc}") from exc
-        if not self._container.streams.video:
+        self._path = path
+        try:
+            self.info = self._open_stream(threads)
+        except DecodeError:
             self._container.close()
-            raise DecodeError(f"{path}: the file has no video stream")
+            raise
+
+    def _open_stream(self, threads: int) -> StreamInfo:
+        if not self._container.streams.video:
+            raise DecodeError(f"{self._path}: the file has no video stream")
         stream = self._container.streams.video[0]
         stream.thread_count = threads
         stream.thread_type = "AUTO" if threads != 1 else "SLICE"
         if stream.codec_context is None or stream.codec_context.codec is None:
-            raise DecodeError(f"{path}: no decoder for codec {stream.codec_context}")
-        total = stream.frames or self._count_packets(stream)
-        rate = stream.average_rate or stream.guessed_rate
-        self.info = _check_info(
-            path,
-            StreamInfo(int(total), float(rate or 0), stream.height, stream.width, stream.codec_context.name),
-        )
+            raise DecodeError(f"{self._path}: no decoder for codec {stream.codec_context}")
         self._stream = stream
-        self._path = path
+        self._promised = self._presented_frames(stream)
+        # The display rotation is known only from a decoded frame. Frame 0 is always sampled, so it is
+        # kept for read() rather than decoded twice.
+        self._frames = self._decode()
+        self._first = self._next_frame(0)
+        self._quarter_turns = _quarter_turns(self._first.rotation)
+        height, width = self._first.height, self._first.width
+        if self._quarter_turns % 2:
+            height, width = width, height
+        rate = stream.average_rate or stream.guessed_rate
+        info = StreamInfo(int(self._promised), float(rate or 0), height, width, stream.codec_context.name)
+        return _check_info(self._path, info)
+
+    def _presented_frames(self, stream) -> int:
+        """Frames the stream presents: its coded frames less those the edit list hides."""
+        entries = stream.index_entries
+        hidden = sum(1 for e in entries if e.is_discard)
+        if hidden:
+            # The header's frame count (mp4 sample count) still includes the hidden frames.
+            return len(entries) - hidden
+        return stream.frames or self._count_packets(stream)
 
     def _count_packets(self, stream) -> int:
-        count = sum(1 for p in self._container.demux(stream) if p.size)
+        count = sum(1 for p in self._container.demux(stream) if p.size and not p.is_discard)
         self._container.seek(0)
         return count
 
-    def read(self, indices: list[int]) -> np.ndarray:
+    def _decode(self):
         import av
 
+        done = 0
+        try:
+            for frame in self._container.decode(self._stream):
+                yield frame
+                done += 1
+        except av.FFmpegError as exc:
+            raise DecodeError(f"{self._path}: PyAV failed at frame {done}: {exc}") from exc
+
+    def _next_frame(self, i: int):
+        frame = next(self._frames, None)
+        if frame is None:
+            raise DecodeError(
+                f"{self._path}: stream ends after {i} frames but its header promised "
+                f"{self._promised} (truncated file?)"
+            )
+        return frame
+
+    def read(self, indices: list[int]) -> np.ndarray:
+        if self._first is None:
+            # A second read starts over from the first frame.
+            self._container.seek(0)
+            self._frames = self._decode()
+            self._first = self._next_frame(0)
         wanted: dict[int, list[int]] = {}
         for pos, idx in enumerate(indices):
             wanted.setdefault(idx, []).append(pos)
         out: list[np.ndarray | None] = [None] * len(indices)
-        last = max(indices)
-        seen = 0
-        try:
-            for i, frame in enumerate(self._container.decode(self._stream)):
-                seen = i + 1
-                if i in wanted:
-                    rgb = frame.to_ndarray(format="rgb24")
-                    for pos in wanted[i]:
-                        out[pos] = rgb
-                if i >= last:
-                    break
-        except av.FFmpegError as exc:
-            raise DecodeError(f"{self._path}: PyAV failed at frame {seen}: {exc}") from exc
-        if seen <= last:
-            raise DecodeError(
-                f"{self._path}: stream ends after {seen} frames but its header promised "
-                f"{self.info.total_frames} (truncated file?)"
-            )
+        frame, self._first = self._first, None
+        for i in range(max(indices) + 1):
+            if i:
+                frame = self._next_frame(i)
+            if i in wanted:
+                rgb = np.rot90(frame.to_ndarray(format="rgb24"), self._quarter_turns)
+                for pos in wanted[i]:
+                    out[pos] = rgb
         return np.stack(out)
 
     def close(self) -> None:
+        self._frames.close()
         self._container.close()
+
+
+def _quarter_turns(rotation: int) -> int:
+    """Counter-clockwise quarter turns (``np.rot90``'s ``k``) that show a stored frame as displayed.
+
+    ``rotation`` is PyAV's ``VideoFrame.rotation``: the degrees the display matrix turns the frame
+    counter-clockwise (FFmpeg's ``av_display_rotation_get``, in [-180, 180]); 90 → 1, -90 → 3, ±180 → 2.
+    Only multiples of 90° apply, as in decord; other angles are left as stored.
+    """
+    return rotation // 90 % 4 if rotation % 90 == 0 else 0
+
+
+def _hidden_by_edit_list(path: Path) -> int:
+    """Coded frames of the first video stream that the file's edit list hides (0 without one).
+
+    Reads only the container header and index (about 1 ms for an mp4; no packet is read).
+    """
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                return 0
+            return sum(1 for e in container.streams.video[0].index_entries if e.is_discard)
+    except (av.FFmpegError, OSError) as exc:
+        raise DecodeError(f"{path}: cannot read its index for the edit-list check: {exc}") from exc
 
 
 register_decoder("decord")(_DecordVideo)

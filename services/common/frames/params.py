@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from services.common.families import FamilyName, get_family
 
 # Bump when sampling or resizing changes in a way that changes stored frames: every key changes.
-SAMPLING_VERSION = "qwen-vl-utils-0.0.14/1"
+# /2: frames are oriented as displayed and edit lists are honoured by every decoder.
+SAMPLING_VERSION = "qwen-vl-utils-0.0.14/2"
 
 # qwen-vl-utils 0.0.14 defaults (vision_process.py), expressed per merged patch ("token").
 FRAME_FACTOR = 2
