@@ -9,6 +9,7 @@ overall  = w_acc · accuracy + w_fmt · format
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from services.reward.result import RewardResult
 from services.reward.sample import RewardSample
 
 SampleLike = RewardSample | Mapping[str, Any]
+log = logging.getLogger(__name__)
 
 
 def as_sample(sample: SampleLike) -> RewardSample:
@@ -120,17 +122,25 @@ def score_batch(
 
 def score_items(items: Iterable[tuple[Any, Any]], config: RewardConfig | None = None) -> list[RewardResult]:
     """Like ``score_batch`` but an unusable item becomes a result with ``error`` set and scores 0, and
-    the other items are still scored (the HTTP service and ``RewardClient`` semantics)."""
+    the other items are still scored (the HTTP service and ``RewardClient`` semantics).
+
+    An unexpected exception while scoring one item (a bug, or a parser giving up on a pathological
+    response) is logged with its traceback and fails that item alone, naming its index and the exception
+    type: one bad response must not cost a whole GRPO batch its rewards.
+    """
     config = config or RewardConfig()
     prepared: dict[int, _Prepared | InvalidSample] = {}
     results = []
-    for sample, response in items:
+    for index, (sample, response) in enumerate(items):
         key = id(sample)
         if key not in prepared:
             try:
                 prepared[key] = _Prepared(sample)
             except InvalidSample as exc:  # includes UnknownProblemType
                 prepared[key] = exc
+            except Exception as exc:
+                results.append(_internal_error(index, exc, _type_name(sample), "reading the sample"))
+                continue  # not cached: the next item with this sample gets its own error and index
         entry = prepared[key]
         if isinstance(entry, InvalidSample):
             results.append(RewardResult.failed(str(entry), _type_name(sample)))
@@ -139,7 +149,16 @@ def score_items(items: Iterable[tuple[Any, Any]], config: RewardConfig | None = 
             results.append(_score_prepared(entry, response, config))
         except InvalidSample as exc:
             results.append(RewardResult.failed(str(exc), entry.unit.name))
+        except Exception as exc:
+            results.append(_internal_error(index, exc, entry.unit.name, "scoring the response"))
     return results
+
+
+def _internal_error(index: int, exc: Exception, problem_type: str | None, stage: str) -> RewardResult:
+    log.exception("reward item %d: unexpected %s while %s", index, type(exc).__name__, stage)
+    return RewardResult.failed(
+        f"item {index}: internal error while {stage}: {type(exc).__name__}: {str(exc)[:200]}", problem_type
+    )
 
 
 def _type_name(sample: Any) -> str | None:

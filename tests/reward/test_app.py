@@ -4,6 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.reward.app import create_app
+from services.reward.registry import get_type
 from services.reward.settings import RewardServiceSettings
 
 MC = {"problem_type": "multiple choice", "answer": "B", "options": ["A. red", "B. blue"]}
@@ -103,3 +104,24 @@ def test_metrics_count_requests_items_and_errors():
     assert 'reelrl_reward_items_total{problem_type="multiple choice"} 3.0' in text
     assert 'reelrl_reward_item_errors_total{problem_type="unknown"} 1.0' in text
     assert 'reelrl_reward_request_seconds_count{route="/v1/score"} 3.0' in text
+
+
+def test_an_item_that_crashes_the_scorer_fails_alone(monkeypatch):
+    def broken(*_args):
+        raise MemoryError
+
+    monkeypatch.setattr(get_type("code"), "extract", broken)
+    app = create_app(RewardServiceSettings(warm_math=False))
+    body = {
+        "items": [
+            {"sample": MC, "response": "<answer>B</answer>"},
+            {"sample": {"problem_type": "code", "answer": "x = 1"}, "response": "<answer>x = 1</answer>"},
+        ]
+    }
+    with TestClient(app) as fresh:
+        response = fresh.post("/v1/score", json=body)
+    assert response.status_code == 200
+    good, crashed = response.json()["results"]
+    assert (good["overall"], good["error"]) == (1.0, None)
+    assert (crashed["overall"], crashed["problem_type"]) == (0.0, "code")
+    assert crashed["error"].startswith("item 1: internal error") and "MemoryError" in crashed["error"]

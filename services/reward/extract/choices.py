@@ -18,13 +18,15 @@ _LETTER = re.compile(
 )
 # ...unless that word joins letters: "A or C" is a hedge, not an article.
 _LOWER_WORD_AHEAD = re.compile(r"\s+(?!(?:or|and|nor|vs|versus|and/or)\b)[a-z]")
+_WORD_LETTERS = "AI"  # the capitals that are English words on their own
 _DECORATION = "()[]{}*.:,;!?\"'`“”‘’ \t\n"
 
 
 def letter_candidates(text: str, letters: str) -> set[str]:
     """Letters in ``letters`` that ``text`` names as an option.
 
-    A bare capital followed by a lowercase word is a word ("A man walks", "I think"), not a letter.
+    A bare "A" or "I" followed by a lowercase word is an English word ("A man walks", "I think"), not a
+    letter; any other capital is a letter whatever follows ("C is correct").
     """
     stripped = text.strip(_DECORATION)
     if len(stripped) == 1 and stripped.upper() in letters:
@@ -35,7 +37,7 @@ def letter_candidates(text: str, letters: str) -> set[str]:
         if letter not in letters:
             continue
         decorated = bool(m.group("open") or m.group("close"))
-        if not decorated and _LOWER_WORD_AHEAD.match(text, m.end()):
+        if not decorated and letter in _WORD_LETTERS and _LOWER_WORD_AHEAD.match(text, m.end()):
             continue
         found.add(letter)
     return found

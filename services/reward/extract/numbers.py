@@ -1,24 +1,28 @@
 """Numbers as people and models write them: "1,234.5", "-3", "3/4", "\\frac{3}{4}", "45%", "1.2e3",
-"1.2 × 10^3", "12 meters", "twenty-one", "twice".
+"1.2 × 10^3", "1.5 million", "12 meters", "twenty-one", "twice".
 
-``find_numbers`` returns every value in reading order; ``single_number`` insists on exactly one distinct
-value, so an answer that hedges ("10 or 12") reads as no answer.
+``read_numbers`` returns every value in reading order, each marked when written as a percent;
+``single_reading`` / ``single_number`` insist on exactly one distinct value, so an answer that hedges
+("10 or 12") reads as no answer. ``value_pairs`` says which values two readings may be compared as.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 _MANTISSA = r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+\.(?!\d)|\d+|\.\d+)"
 _NUMBER = re.compile(
     r"(?<![\w.])(?P<sign>[-+−–])?\s?(?P<mant>" + _MANTISSA + r")"
     r"(?:[eE](?P<exp>[-+]?\d{1,6})"
     r"|\s*(?:[x×*]|\\times|\\cdot)\s*10\s*\^\s*\{?(?P<exp10>[-+−]?\d{1,6})\}?)?"
+    r"(?:\s*(?P<scale>(?i:hundred|thousand|million|billion))\b)?"
     r"(?:\s*/\s*(?P<den>" + _MANTISSA + r"))?"
     r"(?P<pct>\s*(?:%|\\%|percent\b))?"
 )
-_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}")
+# \frac{a}{b} (also \dfrac, \tfrac); the math type reuses it for exact fractions.
+LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}")
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
     "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
@@ -28,7 +32,7 @@ _TENS = {
     "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
     "ninety": 90,
 }  # fmt: skip
-_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000, "billion": 1_000_000_000}
 _ADVERBS = {"once": 1, "twice": 2, "thrice": 3, "none": 0}
 _WORD = re.compile(r"[a-z]+", re.I)
 
@@ -39,6 +43,8 @@ def _number_from_match(m: re.Match[str]) -> float | None:
     if abs(int(exponent)) > 300:  # beyond float range: not a usable number
         return None
     value *= 10.0 ** int(exponent)
+    if m.group("scale") is not None:  # "1.5 million"
+        value *= _SCALES[m.group("scale").lower()]
     if m.group("den") is not None:
         den = float(m.group("den").replace(",", "").rstrip("."))
         if den == 0:
@@ -49,10 +55,17 @@ def _number_from_match(m: re.Match[str]) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _digit_numbers(text: str) -> list[float]:
-    text = _LATEX_FRAC.sub(r"\1/\2", text)
-    values = [_number_from_match(m) for m in _NUMBER.finditer(text)]
-    return [v for v in values if v is not None]
+class Number(NamedTuple):
+    """A value read from text; ``percent`` when it was written with %, "percent" ("75%" → 75, True)."""
+
+    value: float
+    percent: bool = False
+
+
+def _digit_numbers(text: str) -> list[Number]:
+    text = LATEX_FRAC.sub(r"\1/\2", text)
+    found = ((_number_from_match(m), m.group("pct") is not None) for m in _NUMBER.finditer(text))
+    return [Number(value, pct) for value, pct in found if value is not None]
 
 
 def _word_numbers(text: str) -> list[float]:
@@ -82,17 +95,40 @@ def _word_numbers(text: str) -> list[float]:
     return values
 
 
-def find_numbers(text: str) -> list[float]:
+def read_numbers(text: str) -> list[Number]:
     """Every number in ``text``; spelled-out numbers only when no digits are written."""
-    return _digit_numbers(text) or _word_numbers(text)
+    return _digit_numbers(text) or [Number(v) for v in _word_numbers(text)]
+
+
+def find_numbers(text: str) -> list[float]:
+    """The values of ``read_numbers``."""
+    return [number.value for number in read_numbers(text)]
+
+
+def single_reading(text: str) -> Number | None:
+    """The one number ``text`` states (a percent if every mention is one), or None when it states none or
+    several different ones."""
+    numbers = read_numbers(text)
+    if not numbers or any(n.value != numbers[0].value for n in numbers[1:]):
+        return None
+    return Number(numbers[0].value, all(n.percent for n in numbers))
 
 
 def single_number(text: str) -> float | None:
-    """The one number ``text`` states, or None when it states none or several different ones."""
-    values = find_numbers(text)
-    if not values or any(v != values[0] for v in values[1:]):
-        return None
-    return values[0]
+    """The value of ``single_reading``."""
+    reading = single_reading(text)
+    return None if reading is None else reading.value
+
+
+def value_pairs(pred: Number, truth: Number) -> list[tuple[float, float]]:
+    """``(pred, truth)`` values to compare: as written, and when exactly one side is a percent also with
+    that side divided by 100, since "75%" answers both 75 and 0.75. Both percents compare as written."""
+    pairs = [(pred.value, truth.value)]
+    if pred.percent and not truth.percent:
+        pairs.append((pred.value / 100, truth.value))
+    elif truth.percent and not pred.percent:
+        pairs.append((pred.value, truth.value / 100))
+    return pairs
 
 
 def numbers_equal(pred: float, truth: float) -> bool:

@@ -9,36 +9,68 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
-_FENCE = re.compile(r"```[\w+-]*\s*\n?(.*?)```", re.S)
+# A fenced block: group 1 the language ("json", "svg", may be empty), group 2 the content. The rest of the
+# info line ("```python title=x") is skipped only when a newline ends it, so "```{"a": 1}```" keeps its body.
+FENCE = re.compile(r"```[ \t]*([\w+-]*)(?:[^\n`]*\n)?(.*?)```", re.S)
 _DECODER = json.JSONDecoder()
+_JSON_START = re.compile(r"[{\[]")
 _MAX_JSON_STARTS = 32
 _NUM = r"[-+]?\d+(?:\.\d+)?"
 _CLOCK = r"\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?"
 _TIME = rf"(?:{_CLOCK}|{_NUM})"
 _UNIT = r"\s*(?:s|sec|secs|second|seconds)?\b"
-# "from 12.5 to 20 seconds", "between 3 and 7 s", "12.5 - 20.0 seconds", "00:12 to 00:20", "[3.0, 7.5]"
+# "starts at 3.2 s and ends at 5", "from 12.5 to 20 seconds", "between 3 and 7 s", "12.5 - 20.0 seconds",
+# "00:12 to 00:20", "[3.0, 7.5]", "(3.0, 7.5)", "[3.0s, 7.5s]"
 _INTERVAL_PATTERNS = (
+    re.compile(
+        rf"\bstart(?:s|ing)?\s+(?:at\s+|from\s+)?(?P<s>{_TIME}){_UNIT}.{{0,60}}?"
+        rf"\bend(?:s|ing)?\s+(?:at\s+)?(?P<e>{_TIME}){_UNIT}",
+        re.I | re.S,
+    ),
     re.compile(
         rf"(?:from|between)\s+(?P<s>{_TIME}){_UNIT}\s*(?:to|and|-|–|until)\s*(?P<e>{_TIME}){_UNIT}", re.I
     ),
     re.compile(rf"(?<![\w.:])(?P<s>{_TIME}){_UNIT}\s*(?:-|–|~|to|until)\s*(?P<e>{_TIME}){_UNIT}", re.I),
-    re.compile(rf"\[\s*(?P<s>{_NUM})\s*,\s*(?P<e>{_NUM})\s*\]"),
+    re.compile(rf"[\[(]\s*(?P<s>{_NUM}){_UNIT}\s*,\s*(?P<e>{_NUM}){_UNIT}\s*[\])]", re.I),
 )
 
 
+def _json_in(source: str) -> list[Any]:
+    values: list[Any] = []
+    attempts, at = 0, 0
+    while attempts < _MAX_JSON_STARTS and (start := _JSON_START.search(source, at)) is not None:
+        attempts += 1
+        try:
+            value, end = _DECODER.raw_decode(source, start.start())
+        except (ValueError, RecursionError):  # not JSON (or nested beyond reason) from here on
+            at = start.start() + 1
+            continue
+        values.append(value)
+        at = end
+    return values
+
+
+def json_values(text: str) -> list[Any]:
+    """Every top-level JSON object or array in ``text``, in order: those in fenced blocks when they hold
+    any, else those in the whole text. At most ``_MAX_JSON_STARTS`` decoding attempts per source."""
+    fenced = [value for m in FENCE.finditer(text) for value in _json_in(m.group(2))]
+    return fenced or _json_in(text)
+
+
+_INTERVAL_KEYS = ("time", "timestamps", "timestamp", "interval", "segment")
+_START_END_KEYS = (("start", "end"), ("start_time", "end_time"), ("begin", "end"))
+
+
 def find_json(text: str) -> Any | None:
-    """The first JSON object or array in ``text`` (fenced blocks first), or None."""
-    for source in [*(m.group(1) for m in _FENCE.finditer(text)), text]:
-        starts = [i for i, ch in enumerate(source) if ch in "{["][:_MAX_JSON_STARTS]
-        for start in starts:
-            try:
-                value, _ = _DECODER.raw_decode(source, start)
-            except (ValueError, RecursionError):  # not JSON (or nested beyond reason) from here on
-                continue
-            return value
-    return None
+    """The JSON object or array ``text`` answers with (fenced blocks first), or None: none, or several
+    different ones ("[3.2, 5.0] or [10, 12]" hedges just like two intervals in prose)."""
+    values = json_values(text)
+    if not values or any(v != values[0] for v in values[1:]):
+        return None
+    return values[0]
 
 
 def as_json(value: Any) -> Any:
@@ -74,11 +106,15 @@ def as_interval(value: Any) -> tuple[float, float] | None:
 
 
 def interval_from_json(value: Any) -> tuple[float, float] | bool | None:
-    """``{"time": [s, e]}`` or ``[s, e]``; False when ``value`` has no time field at all."""
+    """``{"time": [s, e]}``, ``{"start": s, "end": e}`` or ``[s, e]``; False when ``value`` has no time
+    field at all."""
     if isinstance(value, dict):
-        for key in ("time", "timestamps", "timestamp", "interval", "segment"):
+        for key in _INTERVAL_KEYS:
             if key in value:
                 return as_interval(value[key])
+        for start, end in _START_END_KEYS:
+            if start in value and end in value:
+                return as_interval([value[start], value[end]])
         return False
     if isinstance(value, list) and len(value) == 2:
         return as_interval(value)
@@ -112,13 +148,15 @@ def as_box(value: Any) -> tuple[float, float, float, float] | None:
     return (x1, y1, x2, y2)
 
 
-_BOX_KEYS = ("bbox_2d", "bbox", "box", "boxes", "box_2d")
+# Keys under which answers put a box, and under which per-frame records name their frame.
+BOX_KEYS = ("bbox_2d", "bbox", "box", "boxes", "box_2d")
+FRAME_KEYS = ("frame", "frame_id", "frame_index", "frame_idx", "time", "timestamp", "second")
 
 
 def boxes_in(value: Any) -> list[Any]:
     """Raw box candidates in a JSON answer: a 4-list, a list of them, or dicts keyed bbox_2d/bbox/box(es)."""
     if isinstance(value, dict):
-        for key in _BOX_KEYS:
+        for key in BOX_KEYS:
             if key in value:
                 return boxes_in(value[key])
         return []
@@ -144,15 +182,39 @@ def frame_key(key: Any) -> float | None:
     return None if number is None or number < 0 else round(number, 3)
 
 
-def boxes_by_frame(value: Any) -> dict[float, tuple[float, float, float, float]] | None:
-    """``{"<sec>": box}`` (or a list, index = frame) → valid boxes by frame; invalid entries dropped.
+def _frame_records(records: list[Any]) -> dict[float, Any]:
+    """``[{"frame": 0, "bbox_2d": box}, …]`` → ``{0.0: box, …}``; records without a usable frame or a box
+    are dropped."""
+    pairs = {}
+    for record in records:
+        frame = frame_key(next((record[k] for k in FRAME_KEYS if k in record), None))
+        box = next((record[k] for k in BOX_KEYS if k in record), None)
+        if frame is not None and box is not None:
+            pairs[frame] = box
+    return pairs
 
-    None when ``value`` is not a per-frame mapping at all.
+
+def boxes_by_frame(
+    value: Any, frame_keys: Sequence[float] | None = None
+) -> dict[float, tuple[float, float, float, float]] | None:
+    """Valid boxes by frame from ``{"<sec>": box}``, ``[{"frame": f, "bbox_2d": box}, …]`` or a bare list of
+    boxes (optionally under ``"boxes"``); invalid entries are dropped.
+
+    A bare list says nothing about which frames its boxes belong to. With ``frame_keys`` (the truth's
+    frames, sorted) it is mapped onto them only when the lengths are equal, and is otherwise unreadable
+    (None); without them (reading a truth) index = frame. None also when ``value`` is no per-frame form.
     """
     if isinstance(value, dict) and "boxes" in value:
         value = value["boxes"]
     if isinstance(value, list):
-        value = dict(enumerate(value))
+        if value and all(isinstance(item, dict) for item in value):
+            value = _frame_records(value)
+        elif frame_keys is None:
+            value = dict(enumerate(value))
+        elif len(value) == len(frame_keys):
+            value = dict(zip(frame_keys, value, strict=True))
+        else:
+            return None
     if not isinstance(value, dict):
         return None
     frames: dict[float, tuple[float, float, float, float]] = {}

@@ -20,6 +20,7 @@ _ANSWER_OPEN = re.compile(r"<answer>", re.I)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.I)
 _STRICT = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.S | re.I)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
 # "Therefore, the final answer is: X", "The answer is X", "Answer: X", "I choose X", "Best option: X".
 _FINAL_PHRASE = re.compile(
     r"\b(?:(?:final|correct|best)\s+(?:answer|option|choice)|answer)\b"
@@ -77,16 +78,25 @@ def split_response(response: str) -> ResponseParts:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{…}`` (braces balanced), or None."""
-    starts = list(_BOXED.finditer(text))
-    for match in reversed(starts):
-        depth, i = 1, match.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return text[match.end() : i - 1].strip()
-    return None
+    """Content of the last-opened ``\\boxed{…}`` whose braces balance, or None.
+
+    One pass over the braces with a stack (``O(len(text))``): a brace closes the innermost open one, and
+    a ``\\boxed{`` that never closes is skipped for an earlier balanced one, as before.
+    """
+    box_opens = {m.end() - 1 for m in _BOXED.finditer(text)}
+    if not box_opens:
+        return None
+    stack: list[int] = []  # positions of the open braces
+    best: tuple[int, int] | None = None  # (content start, content end) of the last-opened closed box
+    for brace in _BRACE.finditer(text):
+        at = brace.start()
+        if brace.group() == "{":
+            stack.append(at)
+        elif stack:
+            opened = stack.pop()
+            if opened in box_opens and (best is None or opened + 1 > best[0]):
+                best = (opened + 1, at)
+    return text[best[0] : best[1]].strip() if best is not None else None
 
 
 def after_final_phrase(text: str) -> str | None:

@@ -12,13 +12,24 @@ from services.reward.sample import RewardSample
 _WORDS = {"yes": True, "true": True, "no": False, "false": False}
 _WORD = re.compile(r"\b(yes|no|true|false)\b", re.I)
 _SINGLE = {"y": True, "n": False, "1": True, "0": False}
+# "No, that's not true" / "Yes, there is no dog": a leading yes/no closed by punctuation is the verdict…
+_LEADING = re.compile(r"[\s*_\"'(\[]*(yes|no)\b[*_\"')\]]*\s*(?:[,.!;:—–-]|$)", re.I)
+# …unless the rest states the opposite answer on its own ("Yes, no.", "No, yes"), not as a word in a
+# sentence ("no dog").
+_BARE_ANSWER = re.compile(r"\b(yes|no)\b(?=[*_\"')\]]*\s*(?:[,.!?;:/]|$))", re.I)
 
 
 def read_bool(text: str) -> bool | None:
-    """The one truth value ``text`` states ("Yes.", "**No**", "Y", "true"); both → None (a hedge)."""
+    """The one truth value ``text`` states ("Yes.", "**No**", "Y", "true", "No, that's not true");
+    both → None (a hedge)."""
     stripped = text.strip().strip("()[]*.:!\"' ").casefold()
     if stripped in _SINGLE:
         return _SINGLE[stripped]
+    leading = _LEADING.match(text)
+    if leading:
+        verdict = _WORDS[leading.group(1).casefold()]
+        rest = {_WORDS[m.group(1).casefold()] for m in _BARE_ANSWER.finditer(text, leading.end())}
+        return verdict if rest <= {verdict} else None
     values = {_WORDS[m.group(1).casefold()] for m in _WORD.finditer(text)}
     return values.pop() if len(values) == 1 else None
 

@@ -8,18 +8,17 @@ parse. An empty ``<svg/>`` shares one feature with a rich reference and earns al
 from __future__ import annotations
 
 import ast
-import re
 from collections import Counter
 from html.parser import HTMLParser
 from typing import Any
 from xml.etree import ElementTree
 
 from services.reward.errors import InvalidSample
+from services.reward.extract.structured import FENCE
 from services.reward.registry import ProblemType, ScoreContext, normalise_name, register
 from services.reward.sample import RewardSample
 
 LANGUAGES = ("svg", "html", "python")
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.S)
 _VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
     "!doctype",
@@ -59,8 +58,11 @@ class _HtmlStructure(HTMLParser):
 def html_features(code: str) -> Counter[str] | None:
     """Tag and tag@attribute counts of well-formed HTML (every non-void element closed in order)."""
     parser = _HtmlStructure()
-    parser.feed(code)
-    parser.close()
+    try:
+        parser.feed(code)
+        parser.close()
+    except RecursionError:  # no HTML a model should write nests this deep
+        return None
     open_left = [t for t in parser.stack if t not in _OPTIONAL_CLOSE]
     if not parser.balanced or open_left or not parser.features:
         return None
@@ -71,7 +73,7 @@ def svg_features(code: str) -> Counter[str] | None:
     """Tag and tag@attribute counts of a well-formed XML document whose root is <svg>."""
     try:
         root = ElementTree.fromstring(code)
-    except ElementTree.ParseError:
+    except (ElementTree.ParseError, RecursionError):
         return None
     if root.tag.rsplit("}", 1)[-1] != "svg":
         return None
@@ -87,9 +89,11 @@ def python_features(code: str) -> Counter[str] | None:
     """AST node type counts of syntactically valid Python."""
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+        features = Counter(type(node).__name__ for node in ast.walk(tree))
+    # ValueError: null bytes in the source. MemoryError / RecursionError: CPython's parser gives up on
+    # deep nesting ("x = ----…1", "1 + 1 + …" thousands of times) with these instead of SyntaxError.
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    features = Counter(type(node).__name__ for node in ast.walk(tree))
     return features if len(features) > 1 else None  # a bare Module is no program
 
 
@@ -107,7 +111,7 @@ def feature_f1(pred: Counter[str], truth: Counter[str]) -> float:
 
 def code_block(text: str) -> str:
     """The last fenced block's content, else the text itself."""
-    blocks = _FENCE.findall(text)
+    blocks = FENCE.findall(text)
     return (blocks[-1][1] if blocks else text).strip()
 
 

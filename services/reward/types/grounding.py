@@ -73,6 +73,12 @@ def _frames_truth(sample: RewardSample, kind: str) -> dict[float, Box]:
     return frames
 
 
+def _truth_frame_keys(sample: RewardSample) -> list[float]:
+    """The truth's frames in order, onto which a bare list of predicted boxes is mapped. ``extract`` sees
+    the sample, not the parsed truth, so it is read again (small, and validated already)."""
+    return sorted(boxes_by_frame(as_json(sample.answer)) or {})
+
+
 def _honest_frames(pred: dict[float, Box], truth: dict[float, Box], sample: RewardSample) -> dict[float, Box]:
     """Drop predicted frames whose box covers the whole frame (scored as missing)."""
     return {k: b for k, b in pred.items() if not (k in truth and covers_frame(b, truth[k], sample))}
@@ -144,7 +150,7 @@ class SpatialTemporalGrounding(ProblemType):
         if not isinstance(value, dict):
             return None
         interval = interval_from_json(value) or None
-        frames = boxes_by_frame(value["boxes"]) if "boxes" in value else {}
+        frames = boxes_by_frame(value["boxes"], _truth_frame_keys(sample)) if "boxes" in value else {}
         if interval is None and not frames:
             return None
         return interval, frames or {}
@@ -173,7 +179,7 @@ class Tracking(ProblemType):
         return _frames_truth(sample, self.name)
 
     def extract(self, text: str, sample: RewardSample) -> dict[float, Box] | None:
-        frames = boxes_by_frame(find_json(text))
+        frames = boxes_by_frame(find_json(text), _truth_frame_keys(sample))
         return frames or None
 
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:

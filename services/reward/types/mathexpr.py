@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from services.reward.errors import InvalidSample
+from services.reward.extract.numbers import LATEX_FRAC
 from services.reward.extract.tags import last_boxed
 from services.reward.metrics.mathcheck import get_math_checker
 from services.reward.registry import ProblemType, ScoreContext, register
@@ -17,7 +18,7 @@ MAX_EXPRESSION_CHARS = 1000
 _PLAIN = re.compile(r"[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})(?:/\d{1,300})?")
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 # Digit runs are bounded: int() refuses strings over 4,300 digits, and such "answers" are not numbers.
-_LATEX_FRAC = re.compile(r"([-+]?)\\[dt]?frac\{(\d{1,300})\}\{(\d{1,300})\}")
+_DIGITS = re.compile(r"\d{1,300}")
 _NOISE = re.compile(r"\\left|\\right|\\!|\\,|\\;|\s+|^\$+|\$+$|\.$")
 
 
@@ -35,10 +36,11 @@ def _as_fraction(expr: str) -> Fraction | None:
             return Fraction(compact)
         except (ValueError, ZeroDivisionError):
             return None
-    frac = _LATEX_FRAC.fullmatch(compact)
-    if frac and int(frac.group(3)) != 0:
-        value = Fraction(int(frac.group(2)), int(frac.group(3)))
-        return -value if frac.group(1) == "-" else value
+    sign, body = (compact[0], compact[1:]) if compact[:1] in ("+", "-") else ("", compact)
+    frac = LATEX_FRAC.fullmatch(body)
+    if frac and all(_DIGITS.fullmatch(part) for part in frac.groups()) and int(frac.group(2)) != 0:
+        value = Fraction(int(frac.group(1)), int(frac.group(2)))
+        return -value if sign == "-" else value
     return None
 
 

@@ -1,7 +1,8 @@
 """Segmentation prompts: a box plus positive/negative points, as fed to a promptable segmenter (SAM).
 
 The answer is ``{"bbox": [x1, y1, x2, y2], "positive_points": [[x, y], …], "negative_points": […]}``
-(``bbox_2d``/``box`` and ``points_pos``/``points_neg`` accepted). Without running a segmenter the prompts
+(``bbox_2d``/``box``, ``points``/``point_2d``/``points_pos`` and ``points_neg`` accepted; also as Qwen's
+one-element list ``[{"bbox_2d": …, "point_2d": [x, y]}]``). Without running a segmenter the prompts
 are checked against the ground-truth box:
 
     accuracy = 0.5 · IoU(bbox, truth) + 0.5 · pos_share · neg_share
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.reward.errors import InvalidSample
-from services.reward.extract.structured import as_box, as_json, find_json, finite_number, single_box
+from services.reward.extract.structured import BOX_KEYS, as_box, as_json, find_json, finite_number, single_box
 from services.reward.metrics.iou import Box, box_iou
 from services.reward.registry import ProblemType, ScoreContext, register
 from services.reward.sample import RewardSample
@@ -24,8 +25,8 @@ from services.reward.types.grounding import covers_frame
 
 MAX_POINTS = 10  # per kind; more is spraying, not prompting
 Point = tuple[float, float]
-_BOX_KEYS = ("bbox", "bbox_2d", "box", "boxes")
-_POS_KEYS = ("positive_points", "points_pos", "pos_points")
+# "points" and Qwen's "point_2d" (one point) are positive prompts.
+_POS_KEYS = ("positive_points", "points_pos", "pos_points", "points", "point_2d")
 _NEG_KEYS = ("negative_points", "points_neg", "neg_points")
 
 
@@ -65,9 +66,11 @@ class Segmentation(ProblemType):
 
     def extract(self, text: str, sample: RewardSample) -> dict[str, Any] | None:
         value = find_json(text)
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]  # Qwen-style [{"bbox_2d": …, "point_2d": …}]
         if not isinstance(value, dict):
             return None
-        box = next((as_box(value[k]) for k in _BOX_KEYS if k in value), None)
+        box = next((as_box(value[k]) for k in BOX_KEYS if k in value), None)
         positive, negative = _points(value, _POS_KEYS), _points(value, _NEG_KEYS)
         if box is None or positive is None or negative is None:
             return None

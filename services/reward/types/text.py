@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.reward.errors import InvalidSample
-from services.reward.extract.normalise import normalise_text, words
+from services.reward.extract.normalise import ARTICLES, tokens, words
 from services.reward.extract.tags import after_final_phrase
 from services.reward.metrics.rouge import exact_match, rouge_f1_mean
 from services.reward.metrics.wer import word_error_rate
@@ -17,9 +17,14 @@ SHORT_ANSWER_WORDS = 3
 
 
 def text_truth(sample: RewardSample, kind: str) -> str:
+    """The reference text; one without a single word ("!!!", "…") would make every answer of punctuation
+    an exact match, so it is refused."""
     if not isinstance(sample.answer, str | int | float) or not str(sample.answer).strip():
         raise InvalidSample(f"{sample.label}: {kind} answer must be non-empty text")
-    return str(sample.answer).strip()
+    truth = str(sample.answer).strip()
+    if not tokens(truth):
+        raise InvalidSample(f"{sample.label}: {kind} answer {truth[:60]!r} has no words, only punctuation")
+    return truth
 
 
 class _FreeText(ProblemType):
@@ -55,6 +60,7 @@ class OpenEnded(_FreeText):
     )
 
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
-        if len(normalise_text(truth).split()) <= SHORT_ANSWER_WORDS:
+        # Counted with ROUGE's tokens, so "一个男人骑着红色的自行车" is 12 tokens, not one "word".
+        if sum(token not in ARTICLES for token in tokens(truth)) <= SHORT_ANSWER_WORDS:
             return exact_match(after_final_phrase(parsed) or parsed, truth)
         return rouge_f1_mean(parsed, truth)

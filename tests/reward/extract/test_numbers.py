@@ -2,7 +2,15 @@
 
 import pytest
 
-from services.reward.extract.numbers import find_numbers, numbers_equal, single_number
+from services.reward.extract.numbers import (
+    Number,
+    find_numbers,
+    numbers_equal,
+    read_numbers,
+    single_number,
+    single_reading,
+    value_pairs,
+)
 
 
 @pytest.mark.parametrize(
@@ -32,6 +40,12 @@ from services.reward.extract.numbers import find_numbers, numbers_equal, single_
         ("1e999", []),  # beyond float range: not a number
         ("3/0", []),  # division by zero: not a number
         ("no number here", []),
+        ("1.5 million", [1_500_000.0]),  # a scale word after digits multiplies: 1.5·10^6
+        ("3 hundred", [300.0]),
+        ("2.5 thousand people", [2500.0]),
+        ("4 Billion", [4e9]),
+        ("two billion", [2e9]),
+        ("1.5 millionaires", [1.5]),  # only the whole word scales
     ],
 )
 def test_find_numbers(text, expected):
@@ -64,3 +78,42 @@ def test_single_number(text, expected):
 )
 def test_numbers_equal(pred, truth, equal):
     assert numbers_equal(pred, truth) is equal
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("75%", [Number(75.0, True)]),
+        ("75 percent", [Number(75.0, True)]),
+        (r"75\%", [Number(75.0, True)]),
+        ("75", [Number(75.0, False)]),
+        ("seventy", [Number(70.0, False)]),
+    ],
+)
+def test_read_numbers_marks_percents(text, expected):
+    assert read_numbers(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("75% (75%)", Number(75.0, True)),
+        ("75%, i.e. 75", Number(75.0, False)),  # a percent only when every mention is one
+        ("75% or 80%", None),
+    ],
+)
+def test_single_reading(text, expected):
+    assert single_reading(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("pred", "truth", "pairs"),
+    [
+        (Number(75.0, True), Number(0.75), [(75.0, 0.75), (0.75, 0.75)]),  # 75/100
+        (Number(0.75), Number(75.0, True), [(0.75, 75.0), (0.75, 0.75)]),
+        (Number(75.0, True), Number(75.0, True), [(75.0, 75.0)]),  # both percents: as written
+        (Number(3.0), Number(3.0), [(3.0, 3.0)]),
+    ],
+)
+def test_value_pairs(pred, truth, pairs):
+    assert value_pairs(pred, truth) == pairs

@@ -22,6 +22,9 @@ from services.reward.extract.structured import (
         ("text [1, 2, 3, 4] more", [1, 2, 3, 4]),
         ("{not json} [5, 6]", [5, 6]),  # a failed start is skipped
         ("no json", None),
+        ("[1, 2] or [3, 4]", None),  # two different answers: a hedge
+        ('{"a": 1} and again {"a": 1}', {"a": 1}),  # the same one twice is one answer
+        ('```\nno json here\n``` {"c": 3}', {"c": 3}),  # fences without JSON: the whole text
     ],
 )
 def test_find_json(text, expected):
@@ -44,6 +47,13 @@ def test_find_json(text, expected):
         ('{"time": [NaN, 3]}', None),
         ('{"time": [0, Infinity]}', None),
         ('{"time": [1, 2, 3]}', None),
+        ('{"start": 3.5, "end": 7}', (3.5, 7.0)),
+        ('{"start_time": "3.5", "end_time": 7}', (3.5, 7.0)),
+        ("(3.5, 7)", (3.5, 7.0)),
+        ("[3.5s, 7 sec]", (3.5, 7.0)),
+        ("starts at 3.5 s and ends at 7 s", (3.5, 7.0)),
+        ("starting from 00:03 and ending at 00:07", (3.0, 7.0)),
+        ("[3.5, 7] or [10, 12]", None),
     ],
 )
 def test_find_interval(text, expected):
@@ -88,6 +98,20 @@ def test_boxes_by_frame_normalises_keys_and_drops_invalid_boxes():
     assert frames == {3.0: (0.0, 0.0, 1.0, 1.0), 4.0: (0.0, 0.0, 2.0, 2.0)}
     assert boxes_by_frame([[0, 0, 1, 1]]) == {0.0: (0.0, 0.0, 1.0, 1.0)}  # a list: index = frame
     assert boxes_by_frame("nope") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "frame_keys", "expected"),
+    [
+        ([[0, 0, 1, 1], [1, 1, 2, 2]], [0.5, 1.0], {0.5: (0, 0, 1, 1), 1.0: (1, 1, 2, 2)}),  # onto the keys
+        ([[0, 0, 1, 1]], [0.5, 1.0], None),  # lengths differ: which frame is it?
+        ([[0, 0, 1, 1]], None, {0.0: (0, 0, 1, 1)}),  # a truth: index = frame
+        ([{"frame": 2, "bbox_2d": [0, 0, 1, 1]}, {"bbox": [0, 0, 1, 1]}], [0.0], {2.0: (0, 0, 1, 1)}),
+        ({"boxes": [{"timestamp": "1.5", "box": [0, 0, 1, 1]}]}, None, {1.5: (0, 0, 1, 1)}),
+    ],
+)
+def test_boxes_by_frame_lists(value, frame_keys, expected):
+    assert boxes_by_frame(value, frame_keys) == expected
 
 
 def test_as_interval_rejects_non_pairs():

@@ -49,10 +49,21 @@ def test_split_response(response, answer, body, malformed, strict_ok):
         (r"\fbox{7}", "7"),
         (r"\boxed{unclosed", None),
         ("no box", None),
+        (r"\boxed{3} and \boxed{4", "3"),  # the last box never closes: the earlier balanced one
+        (r"\boxed{\boxed{5}}", "5"),  # the last-opened balanced box is the inner one
+        (r"{ \boxed{6} } }", "6"),  # stray braces outside do not matter
+        (r"\boxed {a{b}c}", "a{b}c"),
+        (r"\boxed{}", ""),
     ],
 )
 def test_last_boxed(text, expected):
     assert last_boxed(text) == expected
+
+
+@pytest.mark.timeout(10)  # the old scan from every \boxed{ took minutes on this (quadratic)
+def test_last_boxed_is_linear_on_many_unclosed_boxes():
+    assert last_boxed("\\boxed{" * 20_000 + "A") is None
+    assert last_boxed("\\boxed{B}" + "\\boxed{" * 20_000) == "B"
 
 
 @pytest.mark.parametrize(

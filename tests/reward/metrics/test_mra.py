@@ -26,6 +26,10 @@ from services.reward.metrics.mra import mean_relative_accuracy
         (-3.3, -3, 0.9),  # |−3.3 + 3| / 3 = 0.1: passes θ ≤ 0.90 → 9 of 10
         (math.nan, 10, 0.0),
         (math.inf, 10, 0.0),
+        # boundaries that binary floats miss: |3.465 − 3.3|/3.3 = 0.165/3.3 = 0.05 exactly ≤ 0.05 → all 10
+        (3.465, 3.3, 1.0),
+        (0.55, 0.5, 0.9),  # 0.05/0.5 = 0.1 ≤ 0.1 passes θ ≤ 0.90 → 9 of 10
+        (0.7, 0.5, 0.3),  # 0.2/0.5 = 0.4 ≤ 1 − θ for θ ∈ {0.50, 0.55, 0.60} → 3 of 10
     ],
 )
 def test_mean_relative_accuracy(pred, truth, expected):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.reward.extract.normalise import normalise_text, words
+from services.reward.extract.normalise import normalise_text, tokens, words
 from services.reward.metrics.rouge import exact_match, rouge_f1_mean
 from services.reward.metrics.wer import edit_distance, word_error_rate
 
@@ -44,3 +44,41 @@ def test_exact_match_normalises_case_punctuation_and_articles():
     assert words("The  Eiffel-Tower!") == ["the", "eiffel", "tower"]  # OCR keeps articles
     assert exact_match("an apple.", "Apple") == 1.0
     assert exact_match("apples", "apple") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The T-shirt, 3.14!", ["the", "t", "shirt", "3", "14"]),  # as rouge-score splits ASCII
+        ("Мужчина едет", ["мужчина", "едет"]),  # Cyrillic kept, casefolded
+        ("Der Straße", ["der", "strasse"]),  # casefold: ß → ss
+        ("红色车 in パリ", ["红", "色", "车", "in", "パ", "リ"]),  # one token per ideograph / kana
+        ("한국어", ["한", "국", "어"]),  # one per hangul syllable
+        ("हिन्दी भाषा", ["हिन्दी", "भाषा"]),  # combining vowel signs stay inside their word
+        ("snake_case", ["snake", "case"]),
+        ("!!! …", []),
+    ],
+)
+def test_unicode_tokens(text, expected):
+    assert tokens(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("pred", "truth", "expected"),
+    [
+        ("Мужчина едет на красном велосипеде", "Мужчина едет на красном велосипеде", 1.0),
+        ("一个男人骑着红色的自行车", "一个男人骑着红色的自行车", 1.0),
+        # truth 红 色 自 行 车 (5 tokens), pred 红 色 汽 车 (4)
+        # ROUGE-1: overlap {红, 色, 车} = 3 → P = 3/4, R = 3/5 → F1 = 2·0.45/1.35 = 2/3
+        # ROUGE-2: truth bigrams 红色 色自 自行 行车, pred 红色 色汽 汽车; overlap 1 → P = 1/3, R = 1/4
+        #          → F1 = 2·(1/12)/(7/12) = 2/7
+        # ROUGE-L: LCS 红色车 = 3 → 2/3.  Mean = (2/3 + 2/7 + 2/3)/3 = 34/63
+        ("红色汽车", "红色自行车", 34 / 63),
+        # ASCII words are still Porter-stemmed: cat run vs the cat run
+        # ROUGE-1: P = 2/2, R = 2/3 → F1 = 4/5; ROUGE-2: "cat run" in truth → P = 1, R = 1/2 → 2/3;
+        # ROUGE-L: LCS 2 → 4/5.  Mean = (4/5 + 2/3 + 4/5)/3 = 34/45
+        ("cats running", "the cat runs", 34 / 45),
+    ],
+)
+def test_rouge_on_any_script(pred, truth, expected):
+    assert rouge_f1_mean(pred, truth) == pytest.approx(expected)

@@ -39,6 +39,11 @@ def mc(answer, options=OPTIONS, **extra):
         (mc("B", options="A. red\nB. blue"), "<answer>B</answer>", 1.0, 1.0, "B"),  # newline-joined
         (mc("F", options=None), "<answer>(F)</answer>", 1.0, 1.0, "F"),  # no options: A…F valid
         (mc("G. a tree", options=None), "<answer>G</answer>", 1.0, 1.0, "G"),  # lettered truth, no options
+        (mc("C"), "<answer>C is correct</answer>", 1.0, 1.0, "C"),  # only A and I are English words
+        (mc("D"), "<answer>D seems right</answer>", 1.0, 1.0, "D"),
+        (mc("A"), "<answer>A red car</answer>", 1.0, 1.0, "A"),  # "A" + word: the article, option text
+        (mc("B"), "<answer>I think B</answer>", 1.0, 1.0, "B"),  # "I" + word: the pronoun
+        (mc("B"), "<answer>C is wrong, B is right</answer>", 0.0, 0.5, None),  # two letters: a hedge
     ],
 )
 def test_multiple_choice(sample, response, accuracy, fmt, extracted):

@@ -38,6 +38,10 @@ def seg(value) -> str:
         (seg({"bbox": [0, 0, 10, 10], "positive_points": [5, 5]}), 1.0, 1.0),
         (seg({"bbox": [0, 0, 10, 10], "positive_points": [[5, 5]] * 11}), 0.0, 0.5),  # > 10 points
         (seg({"positive_points": [[5, 5]]}), 0.0, 0.5),  # no box
+        # Qwen's one-element list with a single "point_2d", and a "points" key: 0.5·1 + 0.5·1·1
+        (seg([{"bbox_2d": [0, 0, 10, 10], "point_2d": [5, 5]}]), 1.0, 1.0),
+        (seg({"bbox": [0, 0, 10, 10], "points": [[5, 5], [50, 50]]}), 0.75, 1.0),  # 0.5 + 0.5·(1/2)·1
+        (seg([{"bbox": [0, 0, 10, 10]}, {"bbox": [0, 0, 5, 5]}]), 0.0, 0.5),  # two prompts: no answer
     ],
 )
 def test_segmentation(response, accuracy, fmt):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.reward import score
+from services.reward import InvalidSample, score
 
 
 @pytest.mark.parametrize(
@@ -16,6 +16,14 @@ from services.reward import score
         ("no", "<answer>yes</answer>", 0.0, 1.0, "yes"),
         ("no", "<answer>yes or no</answer>", 0.0, 0.5, None),  # both: a hedge
         ("no", "<answer>maybe</answer>", 0.0, 0.5, None),
+        # a leading yes/no closed by punctuation decides, whatever words follow
+        ("no", "<answer>No, that's not true</answer>", 1.0, 1.0, "no"),
+        ("yes", "<answer>Yes, there is a dog</answer>", 1.0, 1.0, "yes"),
+        ("yes", "<answer>**Yes**. No cat, though.</answer>", 1.0, 1.0, "yes"),  # "no cat": not an answer
+        ("no", "<answer>No, no, no</answer>", 1.0, 1.0, "no"),
+        ("no", "<answer>Yes, no.</answer>", 0.0, 0.5, None),  # the opposite stated on its own: a hedge
+        ("no", "<answer>No, yes</answer>", 0.0, 0.5, None),
+        ("no", "<answer>Yes/No</answer>", 0.0, 0.5, None),  # no punctuation after the first word
     ],
 )
 def test_boolean(answer, response, accuracy, fmt, extracted):
@@ -50,9 +58,21 @@ def test_ocr(answer, response, accuracy):
         # long truth: mean ROUGE F1. truth 6 tokens, pred 3 (see metrics test): (2/3 + 4/7 + 2/3)/3
         ("the cat sat on the mat", "<answer>the cat sat</answer>", (2 / 3 + 4 / 7 + 2 / 3) / 3),
         ("the cat sat on the mat", "<answer>The cat sat on the mat.</answer>", 1.0),
+        # other scripts: tokens, not ASCII words (rouge-score's own tokenizer would give 0 here)
+        ("Мужчина едет на красном велосипеде", "<answer>Мужчина едет на красном велосипеде</answer>", 1.0),
+        ("红色自行车", "<answer>红色自行车</answer>", 1.0),  # 5 tokens > 3: ROUGE
+        ("红色自行车", "<answer>红色汽车</answer>", 34 / 63),  # see the metrics test
+        ("巴黎", "<answer>巴黎。</answer>", 1.0),  # 2 tokens ≤ 3: exact match
     ],
 )
 def test_open_ended(answer, response, accuracy):
     result = score({"problem_type": "free-form", "answer": answer}, response)
     assert result.accuracy == pytest.approx(accuracy)
     assert result.problem_type == "open-ended"
+
+
+@pytest.mark.parametrize("kind", ["open-ended", "ocr"])
+@pytest.mark.parametrize("answer", ["!!!", "…", "?!"])
+def test_a_truth_without_words_is_refused(kind, answer):
+    with pytest.raises(InvalidSample, match=r"sample 'p1': .* has no words, only punctuation"):
+        score({"problem_type": kind, "answer": answer, "id": "p1"}, "<answer>???</answer>")
