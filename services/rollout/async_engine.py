@@ -10,15 +10,17 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.rollout.config import RolloutConfig
 from services.rollout.engine_base import EngineBase
 from services.rollout.groups import assemble_groups, online_counts
 from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample, StreamDelta
 from services.rollout.vllm_bridge import delta_from, engine_kwargs, sampling_params
-from services.rollout.weight_sync import Weights, reload_call
+from services.rollout.weight_sync import ReloadCall, Weights, check_reload_results, reload_call
 
 _request_ids = itertools.count()
 
@@ -55,9 +57,13 @@ class AsyncRolloutEngine(EngineBase):
         args = AsyncEngineArgs(**engine_kwargs(self.checkpoint.path, self.config))
         self.engine = self._start(lambda: AsyncLLM.from_engine_args(args))
 
-    async def prepare(self, samples: Sequence[RolloutSample]) -> list[EngineInput]:
+    async def prepare(
+        self, samples: Sequence[RolloutSample], config: RolloutConfig | None = None
+    ) -> list[EngineInput]:
         """Media loading off the event loop (frames are read from the store)."""
-        return await asyncio.to_thread(prepare_inputs, samples, self.checkpoint, self.source, self.config)
+        return await asyncio.to_thread(
+            prepare_inputs, samples, self.checkpoint, self.source, config or self.config
+        )
 
     async def _deltas(
         self, item: EngineInput, n: int, **overrides: Any
@@ -100,32 +106,57 @@ class AsyncRolloutEngine(EngineBase):
         return prompt_ids, [r.response() for r in responses]
 
     async def rollout(
-        self, samples: Sequence[RolloutSample], n: int | None = None, **overrides: Any
+        self,
+        samples: Sequence[RolloutSample],
+        n: int | None = None,
+        *,
+        mix_policy: bool | None = None,
+        **overrides: Any,
     ) -> list[RolloutGroup]:
-        """Like ``RolloutEngine.rollout``, with every sample's request in flight at once."""
-        config = self._call_config(n)
-        inputs = await self.prepare(samples)
+        """Like ``RolloutEngine.rollout``, with every sample's request in flight at once; if one request
+        fails, the others are cancelled (vLLM aborts them) and the error propagates."""
+        config = self._call_config(n, mix_policy)
+        inputs = await self.prepare(samples, config)
         counts = online_counts(samples, config)
-        generated = await asyncio.gather(
-            *(self._collect(item, k, **overrides) for item, k in zip(inputs, counts, strict=True))
-        )
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(self._collect(item, k, **overrides))
+                for item, k in zip(inputs, counts, strict=True)
+            ]
+        generated = [task.result() for task in tasks]
         gate = self._gate_client(config)
         return await asyncio.to_thread(assemble_groups, samples, generated, self.checkpoint, config, gate)
 
     async def push_weights(self, weights: Weights, *, transport: str = "file") -> float:
-        """Pause (in-flight requests kept), load the weights, reset caches, resume; returns seconds.
+        """Check and serialise the weights (in a thread, generation running), then pause (in-flight
+        requests kept), load them, reset caches and resume; returns seconds.
 
-        Requests in flight continue under the new weights after the push.
+        Requests in flight continue under the new weights after the push. Wrong tensor names raise
+        ValueError before the pause, leaving the engine as it was. If the load RPC or a cache reset
+        fails, generation is resumed and the error re-raised: the workers' weights are then undefined
+        (old, new or a mix) and the caches may hold stale entries; push again before trusting rollouts.
         """
         started = time.perf_counter()
-        await self.engine.pause_generation(mode="keep")
+        payload = ExitStack()
+
+        def serialise() -> ReloadCall:
+            # parameter_names builds a meta-device model on first use: off the event loop as well
+            return payload.enter_context(reload_call(weights, transport, self.checkpoint.parameter_names))
+
+        call = await asyncio.to_thread(serialise)
         try:
-            with reload_call(weights, transport) as (method, args, kwargs):
-                await self.engine.collective_rpc(method, args=args, kwargs=kwargs)
-            await self.engine.reset_encoder_cache()
-            await self.engine.reset_prefix_cache()
+            await self.engine.pause_generation(mode="keep")
+            try:
+                results = await self.engine.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
+                check_reload_results(call, results)
+                await self.engine.reset_encoder_cache()
+                if not await self.engine.reset_prefix_cache():
+                    raise RuntimeError("vLLM refused to reset its prefix cache after a weight push")
+            finally:
+                await self.engine.resume_generation()
         finally:
-            await self.engine.resume_generation()
+            # the payload's folder (file transport) is removed off the event loop too
+            await asyncio.to_thread(payload.close)
         return time.perf_counter() - started
 
     async def aclose(self) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from services.common.families import FAMILIES, Family
+from services.rollout.param_names import ParameterNames, checkpoint_names
 
 END_OF_TURN = "<|im_end|>"
 
@@ -28,6 +30,10 @@ class Checkpoint:
     video_token_id: int
     image_token_id: int
     end_token_id: int  # closes an assistant turn: <|im_end|> (the tokenizer's EOS if it has none)
+    # Every token vLLM stops on (finish_reason "stop"): the tokenizer's EOS and the generation config's
+    # eos_token_id(s). The set the trainer masks on: a response ends at its first one of these.
+    stop_token_ids: frozenset[int] = frozenset()
+    hf_config: Any = field(default=None, repr=False, compare=False)
 
     @property
     def tokenizer(self) -> Any:
@@ -36,6 +42,13 @@ class Checkpoint:
     @property
     def placeholder_token_ids(self) -> tuple[int, int]:
         return (self.image_token_id, self.video_token_id)
+
+    @cached_property
+    def parameter_names(self) -> ParameterNames:
+        """The tensor names a weight push must carry (built once, on first push)."""
+        if self.hf_config is None:
+            raise ValueError(f"checkpoint {self.path} was built without its config; use Checkpoint.load")
+        return checkpoint_names(self.hf_config, self.path)
 
     @classmethod
     def load(cls, path: str | Path) -> Checkpoint:
@@ -50,9 +63,25 @@ class Checkpoint:
             end = processor.tokenizer.eos_token_id
         return cls(
             path=path,
+            hf_config=hf_config,
+            stop_token_ids=stop_token_ids(path, processor.tokenizer),
             family=family_of(hf_config),
             processor=processor,
             video_token_id=int(hf_config.video_token_id),
             image_token_id=int(hf_config.image_token_id),
             end_token_id=int(end),
         )
+
+
+def stop_token_ids(path: str, tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's EOS plus the generation config's ``eos_token_id`` (an int or a list), if any."""
+    from transformers import GenerationConfig
+
+    ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+    try:
+        generation = GenerationConfig.from_pretrained(path)
+    except OSError:  # no generation_config.json: vLLM stops on the tokenizer's EOS alone
+        return frozenset(ids)
+    eos = generation.eos_token_id
+    ids |= {int(t) for t in ([] if eos is None else [eos] if isinstance(eos, int) else eos)}
+    return frozenset(ids)

@@ -72,3 +72,19 @@ class RolloutConfig(BaseModel):
         if self.mix_accuracy_threshold is not None and not self.mix_policy:
             raise ValueError("mix_accuracy_threshold is set but mix_policy is off; set mix_policy: true")
         return self
+
+
+def call_config(config: RolloutConfig, n: int | None = None, mix_policy: bool | None = None) -> RolloutConfig:
+    """The config of one rollout call, re-validated: ``n`` replaces the group size and ``mix_policy=False``
+    turns mixing (and its gate) off for the call, e.g. for greedy n=1 baselines of a mixing config.
+    ``mix_policy=True`` needs the config to mix already (it holds the gate settings)."""
+    if n is None and mix_policy is None:
+        return config
+    values = config.model_dump()
+    if n is not None:
+        values["n"] = n
+    if mix_policy is False:
+        values.update(mix_policy=False, mix_accuracy_threshold=None)
+    elif mix_policy and not config.mix_policy:
+        raise ValueError("mix_policy=True for one call needs a config with mix_policy: true")
+    return RolloutConfig.model_validate(values)

@@ -10,12 +10,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from services.rollout.config import RolloutConfig
 from services.rollout.engine_base import EngineBase
 from services.rollout.groups import Generated, assemble_groups, online_counts
 from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.vllm_bridge import engine_kwargs, response_from, sampling_params
-from services.rollout.weight_sync import Weights, reload_call
+from services.rollout.weight_sync import Weights, check_reload_results, reload_call
 
 
 class RolloutEngine(EngineBase):
@@ -26,9 +27,12 @@ class RolloutEngine(EngineBase):
 
         self.llm = self._start(lambda: LLM(**engine_kwargs(self.checkpoint.path, self.config)))
 
-    def prepare(self, samples: Sequence[RolloutSample]) -> list[EngineInput]:
-        """Load and check each sample's media and render its prompt (errors name the sample)."""
-        return prepare_inputs(samples, self.checkpoint, self.source, self.config)
+    def prepare(
+        self, samples: Sequence[RolloutSample], config: RolloutConfig | None = None
+    ) -> list[EngineInput]:
+        """Check offline outputs, load and check each sample's media and render its prompt (errors name
+        the sample); ``config`` defaults to the engine's."""
+        return prepare_inputs(samples, self.checkpoint, self.source, config or self.config)
 
     def generate(
         self, inputs: Sequence[EngineInput], counts: Sequence[int], **overrides: Any
@@ -45,12 +49,19 @@ class RolloutEngine(EngineBase):
         return results
 
     def rollout(
-        self, samples: Sequence[RolloutSample], n: int | None = None, **overrides: Any
+        self,
+        samples: Sequence[RolloutSample],
+        n: int | None = None,
+        *,
+        mix_policy: bool | None = None,
+        **overrides: Any,
     ) -> list[RolloutGroup]:
         """A group of ``n`` (default ``config.n``) responses per sample, offline responses mixed in per
-        the config. ``overrides`` replace sampling parameters for this call (e.g. ``temperature=0``)."""
-        config = self._call_config(n)
-        generated = self.generate(self.prepare(samples), online_counts(samples, config), **overrides)
+        the config (``mix_policy=False``: not in this call). ``overrides`` replace sampling parameters
+        for this call (e.g. ``temperature=0``)."""
+        config = self._call_config(n, mix_policy)
+        inputs = self.prepare(samples, config)
+        generated = self.generate(inputs, online_counts(samples, config), **overrides)
         return assemble_groups(samples, generated, self.checkpoint, config, self._gate_client(config))
 
     def push_weights(self, weights: Weights, *, transport: str = "file") -> float:
@@ -58,11 +69,14 @@ class RolloutEngine(EngineBase):
 
         ``weights``: a state dict (checkpoint names, as the HF model's ``state_dict()``), the bytes of a
         safetensors file, or a folder of safetensors files. A state dict travels by ``transport``
-        "file" (a safetensors file in /dev/shm) or "bytes" (inside the RPC).
+        "file" (a safetensors file, see ``weight_sync.weights_dir``) or "bytes" (inside the RPC).
+        Tensor names are checked against the checkpoint's first: a ValueError leaves the engine as it
+        was. If the RPC itself fails, the workers' weights are undefined (push again).
         """
         started = time.perf_counter()
-        with reload_call(weights, transport) as (method, args, kwargs):
-            self.llm.collective_rpc(method, args=args, kwargs=kwargs)
+        with reload_call(weights, transport, self.checkpoint.parameter_names) as call:
+            results = self.llm.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
+            check_reload_results(call, results)
         # Encoder outputs and prefix KV blocks cached under the old weights: a repeated clip would hit a
         # stale entry, or a missing one that kills the engine ("Encoder cache miss").
         self.reset_caches(processed_inputs=False)
@@ -72,7 +86,9 @@ class RolloutEngine(EngineBase):
         """Forget cached encoder outputs and prefix KV blocks (and, with ``processed_inputs``, the
         processed pixel values of recent media): the next request computes everything afresh."""
         self.llm.llm_engine.reset_encoder_cache()
-        self.llm.reset_prefix_cache()
+        if not self.llm.reset_prefix_cache():
+            # vLLM refuses while requests hold blocks; stale KV would then serve a repeated prompt
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
         if processed_inputs:
             self.llm.llm_engine.reset_mm_cache()
 

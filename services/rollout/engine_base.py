@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from services.common.families import Family
 from services.rollout.checkpoint import Checkpoint
-from services.rollout.config import RolloutConfig
+from services.rollout.config import RolloutConfig, call_config
 from services.rollout.environment import engine_environment, remove_private_folder
 from services.rollout.media import FrameSource
 
@@ -81,9 +81,9 @@ class EngineBase:
             self._reward_client = make_reward_client()
         return self._reward_client
 
-    def _call_config(self, n: int | None) -> RolloutConfig:
-        """The config of one rollout call (``n`` overrides the group size)."""
-        return self.config if n is None else self.config.model_copy(update={"n": n})
+    def _call_config(self, n: int | None, mix_policy: bool | None = None) -> RolloutConfig:
+        """The validated config of one rollout call (see :func:`~services.rollout.config.call_config`)."""
+        return call_config(self.config, n, mix_policy)
 
     def _gate_client(self, config: RolloutConfig) -> Any:
         """The reward client when the mix gate needs scores, else None (nothing to score)."""

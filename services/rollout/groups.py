@@ -23,6 +23,32 @@ def online_counts(samples: Sequence[RolloutSample], config: RolloutConfig) -> li
     ]
 
 
+def offline_responses(
+    samples: Sequence[RolloutSample],
+    checkpoint: Checkpoint,
+    config: RolloutConfig,
+    prompt_lengths: Sequence[int | None] | None = None,
+) -> list[RolloutResponse | None]:
+    """Each sample's offline response when this config mixes it in (else None), checked: no vision
+    placeholders, at most ``max_tokens`` tokens and, given the prompt lengths, within ``max_model_len``.
+    Called before generating (without prompt lengths) so a bad offline output fails fast."""
+    lengths = prompt_lengths or [None] * len(samples)
+    return [
+        mix_policy.offline_response(
+            sample,
+            checkpoint.tokenizer,
+            checkpoint.end_token_id,
+            checkpoint.placeholder_token_ids,
+            max_tokens=config.max_tokens,
+            max_model_len=config.engine.max_model_len,
+            prompt_length=length,
+        )
+        if config.mix_policy and sample.offline_output is not None
+        else None
+        for sample, length in zip(samples, lengths, strict=True)
+    ]
+
+
 def gate_accuracies(
     samples: Sequence[RolloutSample],
     generated: Sequence[Generated],
@@ -65,16 +91,13 @@ def assemble_groups(
     reward_client: Any = None,
 ) -> list[RolloutGroup]:
     """One group of ``config.n`` responses per sample, offline responses mixed in per the config."""
+    offline_all = offline_responses(samples, checkpoint, config, [len(ids) for ids, _ in generated])
     accuracies = gate_accuracies(samples, generated, config, reward_client)
     groups = []
-    for sample, (prompt_ids, online), acc in zip(samples, generated, accuracies, strict=True):
-        offline = None
-        inject = False
-        if config.mix_policy and sample.offline_output is not None:
-            offline = mix_policy.offline_response(
-                sample, checkpoint.tokenizer, checkpoint.end_token_id, checkpoint.placeholder_token_ids
-            )
-            inject = mix_policy.should_inject(acc or [], config.mix_accuracy_threshold)
+    for sample, (prompt_ids, online), acc, offline in zip(
+        samples, generated, accuracies, offline_all, strict=True
+    ):
+        inject = offline is not None and mix_policy.should_inject(acc or [], config.mix_accuracy_threshold)
         groups.append(
             RolloutGroup(
                 sample_id=sample.id,

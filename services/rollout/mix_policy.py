@@ -35,12 +35,42 @@ def should_inject(accuracies: Sequence[float], threshold: float | None) -> bool:
     return sum(accuracies) / len(accuracies) < threshold
 
 
+def check_offline_length(
+    sample_id: str,
+    length: int,
+    max_tokens: int,
+    max_model_len: int | None = None,
+    prompt_length: int | None = None,
+) -> None:
+    """An offline response must fit where an online one would: at most ``max_tokens`` tokens, and at
+    most ``max_model_len - prompt_length`` (the trainer reads prompt + response as one sequence)."""
+    if length > max_tokens:
+        raise ValueError(
+            f"sample {sample_id!r}: offline_output is {length} tokens (end token included), "
+            f"more than max_tokens={max_tokens}"
+        )
+    if max_model_len is not None and prompt_length is not None and length > max_model_len - prompt_length:
+        raise ValueError(
+            f"sample {sample_id!r}: offline_output is {length} tokens (end token included), more than "
+            f"the {max_model_len - prompt_length} that max_model_len={max_model_len} leaves after its "
+            f"{prompt_length}-token prompt"
+        )
+
+
 def offline_response(
-    sample: RolloutSample, tokenizer: Any, end_token_id: int, placeholder_token_ids: Sequence[int] = ()
+    sample: RolloutSample,
+    tokenizer: Any,
+    end_token_id: int,
+    placeholder_token_ids: Sequence[int] = (),
+    *,
+    max_tokens: int | None = None,
+    max_model_len: int | None = None,
+    prompt_length: int | None = None,
 ) -> RolloutResponse:
     """The sample's ``offline_output`` tokenised as the model would have produced it, closed by the
     end-of-turn token. Vision placeholder tokens in it are an error naming the sample (they would not
-    match any vision features when the trainer reads prompt + response)."""
+    match any vision features when the trainer reads prompt + response), and so is a response longer
+    than the limits given (:func:`check_offline_length`)."""
     text = sample.offline_output
     if text is None:
         raise ValueError(f"sample {sample.id!r} has no offline_output to mix in")
@@ -51,6 +81,8 @@ def offline_response(
         raise ValueError(f"sample {sample.id!r}: offline_output contains vision placeholder token(s) {names}")
     if not ids or ids[-1] != end_token_id:
         ids = [*ids, end_token_id]
+    if max_tokens is not None:
+        check_offline_length(sample.id, len(ids), max_tokens, max_model_len, prompt_length)
     return RolloutResponse(token_ids=ids, logprobs=None, text=text, finish_reason="offline", offline=True)
 
 

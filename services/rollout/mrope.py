@@ -34,7 +34,11 @@ class VisionItem:
         return self.t * self.h * self.w
 
 
-def vllm_positions(length: int, items: Sequence[VisionItem]) -> torch.Tensor:
+def _prefix(sample_id: str | None) -> str:
+    return "" if sample_id is None else f"sample {sample_id!r}: "
+
+
+def vllm_positions(length: int, items: Sequence[VisionItem], sample_id: str | None = None) -> torch.Tensor:
     """Position ids (3, length) as vLLM assigns them.
 
     Text runs count up by 1 from ``max(previous positions) + 1`` (0 at the start); an item at text
@@ -47,7 +51,9 @@ def vllm_positions(length: int, items: Sequence[VisionItem]) -> torch.Tensor:
     cursor = 0
     for item in sorted(items, key=lambda it: it.offset):
         if item.offset < cursor:
-            raise ValueError(f"vision item at {item.offset} overlaps the previous one (ends at {cursor})")
+            raise ValueError(
+                f"{_prefix(sample_id)}vision item at {item.offset} overlaps the previous one (ends at {cursor})"
+            )
         text = item.offset - cursor
         parts.append(torch.arange(text).expand(3, text) + next_pos)
         start = next_pos + text
@@ -59,7 +65,9 @@ def vllm_positions(length: int, items: Sequence[VisionItem]) -> torch.Tensor:
         next_pos = int(torch.cat(parts, dim=1).max()) + 1
         cursor = item.offset + item.length
     if cursor > length:
-        raise ValueError(f"vision items run to token {cursor}, past the sequence end ({length})")
+        raise ValueError(
+            f"{_prefix(sample_id)}vision items run to token {cursor}, past the sequence end ({length})"
+        )
     tail = length - cursor
     parts.append(torch.arange(tail).expand(3, tail) + next_pos)
     return torch.cat(parts, dim=1)
@@ -75,11 +83,14 @@ def vision_items(
     video_grid_thw: torch.Tensor | None = None,
     second_per_grid_ts: torch.Tensor | Sequence[float] | None = None,
     tokens_per_second: float = 1.0,
+    sample_id: str | None = None,
 ) -> list[VisionItem]:
     """Locate each image/video of a processor output in ``input_ids`` (grids in processor order).
 
-    Raises ValueError when the placeholders do not add up to the grids (a placeholder/feature mismatch).
+    Raises ValueError, naming ``sample_id``, when the placeholders do not add up to the grids (a
+    placeholder/feature mismatch) or there are fewer ``second_per_grid_ts`` than videos.
     """
+    where = _prefix(sample_id)
     grids = {
         image_token_id: iter([] if image_grid_thw is None else image_grid_thw.tolist()),
         video_token_id: iter([] if video_grid_thw is None else video_grid_thw.tolist()),
@@ -97,18 +108,26 @@ def vision_items(
         try:
             t, h, w = next(grids[token])
         except StopIteration:
-            raise ValueError(f"more {kind} placeholders than {kind} grids (at token {pos})") from None
+            raise ValueError(f"{where}more {kind} placeholders than {kind} grids (at token {pos})") from None
         t_factor = 1.0
         if token == video_token_id and second_per_grid_ts is not None:
-            t_factor = next(seconds) * tokens_per_second
+            try:
+                t_factor = next(seconds) * tokens_per_second
+            except StopIteration:
+                raise ValueError(
+                    f"{where}video at token {pos} has no second_per_grid_ts entry "
+                    f"({len(second_per_grid_ts)} given for more videos)"
+                ) from None
         item = VisionItem(pos, t, h // merge_size, w // merge_size, t_factor)
         span = ids[pos : pos + item.length]
         if len(span) != item.length or any(x != token for x in span):
-            raise ValueError(f"{kind} at token {pos} needs {item.length} placeholders, found a shorter run")
+            raise ValueError(
+                f"{where}{kind} at token {pos} needs {item.length} placeholders, found a shorter run"
+            )
         items.append(item)
         pos += item.length
     for token, remaining in grids.items():
         if next(remaining, None) is not None:
             kind = "image" if token == image_token_id else "video"
-            raise ValueError(f"a {kind} grid has no placeholders in the sequence")
+            raise ValueError(f"{where}a {kind} grid has no placeholders in the sequence")
     return items

@@ -9,6 +9,7 @@ from typing import Any
 from services.common.families import Family
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
+from services.rollout.groups import offline_responses
 from services.rollout.media import FrameSource, SampleMedia, load_media, video_tokens
 from services.rollout.samples import RolloutSample
 
@@ -78,7 +79,9 @@ def engine_input(
 def prepare_inputs(
     samples: Sequence[RolloutSample], checkpoint: Checkpoint, source: FrameSource, config: RolloutConfig
 ) -> list[EngineInput]:
-    """Load and check every sample's media and render its prompt (errors name the sample)."""
+    """Check every sample's offline output (when ``config`` mixes), load and check its media and
+    render its prompt; errors name the sample and come before anything is generated."""
+    offline_responses(samples, checkpoint, config)
     family = checkpoint.family
     return [
         engine_input(

@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from services.common.frames import ParamsMismatch, VideoParams, decode_clip
-from services.common.frames.params import diff_params
+from services.common.frames import VideoParams, check_params, decode_clip
 from services.common.frames.pipeline import DEFAULT_DECODERS
 
 
@@ -34,9 +33,5 @@ class RealtimeSource:
             path, params = self.clips[key]
         except KeyError:
             raise KeyError(f"clip {key} is not known to this realtime source") from None
-        if expect is not None:
-            wanted = expect.canonical() if isinstance(expect, VideoParams) else dict(expect)
-            diff = diff_params(params.canonical(), wanted)
-            if diff:
-                raise ParamsMismatch(f"clip {key} would be decoded with other parameters: {sorted(diff)}")
+        check_params(key, params.canonical(), expect)
         return decode_clip(path, params, decoders=self.decoders, threads=self.threads)

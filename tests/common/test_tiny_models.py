@@ -151,6 +151,17 @@ def test_image_and_video_processors_share_normalisation(models, family):
     assert image["patch_size"] == video["patch_size"] == get_family(family).patch_size
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_loaded_processors_normalise_images_and_videos_alike(models, family):
+    # vLLM normalises video frames with the image processor's statistics: the loaded pair must agree
+    processor = AutoProcessor.from_pretrained(models[family])
+    image, video = processor.image_processor, processor.video_processor
+    assert (
+        list(image.image_mean) == list(video.image_mean) == list(ARCHITECTURES[get_family(family).name].mean)
+    )
+    assert list(image.image_std) == list(video.image_std) == list(ARCHITECTURES[get_family(family).name].std)
+
+
 # (family, frame side) → video_grid_thw: 8 frames / temporal patch 2 = 4; 56 / patch 14 = 4; 64 / 16 = 4.
 # Placeholders = 4·4·4 / merge² (4) = 16 tokens per clip.
 @pytest.mark.parametrize(("family", "side"), [("qwen2_vl", 56), ("qwen2_5_vl", 56), ("qwen3_vl", 64)])

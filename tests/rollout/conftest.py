@@ -3,12 +3,15 @@ one engine per family started on first use and shared (an engine start costs ~20
 
 Every engine is shut down at the end of the session, and its teardown asserts that it left nothing
 behind: no /dev/shm/psm_* segment created while it started, no private temp folder (which held its
-ZMQ socket and gloo rendezvous files).
+ZMQ socket and gloo rendezvous files), and no new socket, vllm_dist_* or psm_* entry in the real temp
+directory or /dev/shm.
 """
 
 from __future__ import annotations
 
 import asyncio
+import stat
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +35,26 @@ def psm_segments() -> set[str]:
     return {p.name for p in SHM.glob("psm_*")}
 
 
+LEFTOVER_PREFIXES = ("vllm_dist_", "psm_")
+
+
+def leftovers() -> set[str]:
+    """Entries of the real temp dir and /dev/shm that an engine must not leave: sockets (ZMQ ipc),
+    gloo rendezvous files and shared-memory segments."""
+    found = set()
+    for folder in {Path(tempfile.gettempdir()), SHM}:
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            try:
+                is_socket = stat.S_ISSOCK(entry.lstat().st_mode)
+            except FileNotFoundError:  # removed between listing and stat
+                continue
+            if is_socket or entry.name.startswith(LEFTOVER_PREFIXES):
+                found.add(str(entry))
+    return found
+
+
 def small_config(**updates: Any) -> RolloutConfig:
     """Small and exact: fp32 so vLLM and HF logprobs can be compared to 1e-5."""
     base = RolloutConfig(
@@ -39,7 +62,7 @@ def small_config(**updates: Any) -> RolloutConfig:
         max_tokens=12,
         engine=EngineConfig(dtype="float32", max_model_len=2048, kv_cache_gib=0.25),
     )
-    return base.model_copy(update=updates)
+    return RolloutConfig.model_validate({**base.model_dump(), **updates})
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +131,9 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> Clips:
     image = torch.randint(
         0, 256, (1, 150, 200, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
     )
-    result.store.put("still-image", image, {"source": "synthetic"})
+    # "params": {} (no decode parameters: not a decoded video) because FrameStore.load reads
+    # meta["params"] even when nothing is expected of it
+    result.store.put("still-image", image, {"source": "synthetic", "params": {}})
     return result
 
 
@@ -119,9 +144,12 @@ class EngineRegistry:
         self._engines: dict[str, Any] = {}
         self._footprints: dict[str, tuple[set[str], Path]] = {}
         self._stoppers: dict[str, Callable[[], None]] = {}
+        self._baseline: set[str] | None = None  # leftovers() before the first engine still running
 
     def get(self, name: str, start: Callable[[], Any], stop: Callable[[Any], None] | None = None) -> Any:
         if name not in self._engines:
+            if self._baseline is None:
+                self._baseline = leftovers()
             before = psm_segments()
             engine = start()
             self._engines[name] = engine
@@ -141,6 +169,11 @@ class EngineRegistry:
                 problems.append(f"engine {name} left shared-memory segments {sorted(leaked)}")
             if private.exists():
                 problems.append(f"engine {name} left its temp folder {private}: {sorted(private.iterdir())}")
+        if self._baseline is not None:
+            new = leftovers() - self._baseline
+            if new:
+                problems.append(f"engines {sorted(stoppers)} left {sorted(new)}")
+            self._baseline = None
         return problems
 
 
@@ -267,13 +300,8 @@ def hf_logprobs() -> Callable[..., torch.Tensor]:
         inputs = consistency.processor_inputs(
             processor, render_prompt(processor, sample), media, engine.config
         )
-        if vllm_rule:
-            return consistency.response_logprobs(model, processor, inputs, response_ids)
-        original = consistency.position_ids
-        consistency.position_ids = lambda *args, **kwargs: None
-        try:
-            return consistency.response_logprobs(model, processor, inputs, response_ids)
-        finally:
-            consistency.position_ids = original
+        return consistency.response_logprobs(
+            model, processor, inputs, response_ids, vllm_rule=vllm_rule, sample_id=sample.id
+        )
 
     return compute

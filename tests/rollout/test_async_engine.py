@@ -53,7 +53,7 @@ def test_concurrent_rollouts_match_the_hf_model(
 
 
 def test_weights_pushed_mid_stream_keep_requests_alive(
-    async_engine, loop_thread, video_sample, tiny_models, hf_model, hf_logprobs
+    async_engine, loop_thread, video_sample, tiny_models, hf_model, hf_logprobs, monkeypatch
 ):
     old = hf_model(tiny_models["qwen2_5_vl"])
     new = copy.deepcopy(old)
@@ -62,7 +62,16 @@ def test_weights_pushed_mid_stream_keep_requests_alive(
         for p in new.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=generator))
     samples = [video_sample("qwen2_5_vl", "wide", f"inflight-{i}") for i in range(3)]
-    max_tokens = 40
+    max_tokens = 160
+    received = [[0, 0] for _ in samples]  # tokens so far per (sample, response index)
+    at_pause: list[list[list[int]]] = []
+    pause = async_engine.engine.pause_generation
+
+    async def recording_pause(*args, **kwargs):
+        at_pause.append(copy.deepcopy(received))
+        return await pause(*args, **kwargs)
+
+    monkeypatch.setattr(async_engine.engine, "pause_generation", recording_pause)
 
     async def scenario():
         started = [asyncio.Event() for _ in samples]
@@ -71,6 +80,7 @@ def test_weights_pushed_mid_stream_keep_requests_alive(
         async def consume(i):
             async for delta in async_engine.stream(samples[i], n=2, max_tokens=max_tokens, ignore_eos=True):
                 results[i].append(delta)
+                received[i][delta.index] += len(delta.token_ids)
                 started[i].set()
 
         tasks = [asyncio.create_task(consume(i)) for i in range(len(samples))]
@@ -82,6 +92,9 @@ def test_weights_pushed_mid_stream_keep_requests_alive(
 
     try:
         results, after = loop_thread.run(scenario())
+        # the pause found requests half done: some tokens streamed, more to come
+        (counts,) = at_pause
+        assert any(0 < c < max_tokens for pair in counts for c in pair), counts
         for deltas in results:
             for index in (0, 1):
                 mine = [d for d in deltas if d.index == index]
@@ -94,6 +107,19 @@ def test_weights_pushed_mid_stream_keep_requests_alive(
                 < TOLERANCE
             )
     finally:
+        monkeypatch.undo()
         loop_thread.run(async_engine.push_weights(old.state_dict(), transport="bytes"))
     restored = loop_thread.run(async_engine.rollout([samples[0]], n=1))[0].responses[0]
     assert gap(hf_logprobs(async_engine, old, samples[0], restored.token_ids), restored.logprobs) < TOLERANCE
+
+
+def test_a_refused_push_leaves_generation_running(
+    async_engine, loop_thread, video_sample, tiny_models, hf_model
+):
+    state = hf_model(tiny_models["qwen2_5_vl"]).state_dict()
+    partial = {k: v for k, v in state.items() if not k.startswith("model.visual.")}
+    with pytest.raises(ValueError, match="missing"):
+        loop_thread.run(async_engine.push_weights(partial))
+    sample = video_sample("qwen2_5_vl", "wide", "after-refusal")
+    (group,) = loop_thread.run(async_engine.rollout([sample], n=1))  # not left paused
+    assert len(group.responses[0].token_ids) > 0

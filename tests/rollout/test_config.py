@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.rollout.config import GiB, RolloutConfig
+from services.rollout.config import GiB, RolloutConfig, call_config
 from services.rollout.vllm_bridge import engine_kwargs
 
 
@@ -48,3 +48,32 @@ def test_no_kv_cache_size_leaves_vllm_to_size_it_from_gpu_memory():
     kwargs = engine_kwargs("/ckpt", RolloutConfig.model_validate({"engine": {"kv_cache_gib": None}}))
     assert "kv_cache_memory_bytes" not in kwargs
     assert kwargs["gpu_memory_utilization"] == 0.6
+
+
+MIXING = RolloutConfig(n=4, mix_policy=True, mix_accuracy_threshold=0.5, temperature=0.7)
+
+
+def test_a_call_config_is_revalidated():
+    # n=1 with mix_policy would generate n-1 = 0 responses; the copy must be refused like the config
+    with pytest.raises(ValidationError, match="mix_policy needs n >= 2"):
+        call_config(MIXING, n=1)
+
+
+@pytest.mark.parametrize(
+    ("n", "mix_policy", "expected"),
+    [
+        (None, None, (4, True, 0.5)),  # unchanged
+        (6, None, (6, True, 0.5)),  # a bigger group, still mixing
+        (1, False, (1, False, None)),  # a greedy baseline: mixing and its gate off for the call
+        (None, True, (4, True, 0.5)),  # asking for what the config does already
+    ],
+)
+def test_call_config_overrides(n, mix_policy, expected):
+    config = call_config(MIXING, n, mix_policy)
+    assert (config.n, config.mix_policy, config.mix_accuracy_threshold) == expected
+    assert config.temperature == 0.7 and MIXING.n == 4  # the rest kept, the engine's config untouched
+
+
+def test_mixing_cannot_be_turned_on_for_one_call():
+    with pytest.raises(ValueError, match="mix_policy=True for one call needs a config with mix_policy"):
+        call_config(RolloutConfig(n=4), mix_policy=True)

@@ -80,3 +80,17 @@ def test_qwen2_5_vl_needs_vllms_position_rule_on_temporally_long_clips(
     response = engine.rollout([sample], n=1)[0].responses[0]
     own_rule = hf_logprobs(engine, hf, sample, response.token_ids, vllm_rule=False)
     assert diff(own_rule, response.logprobs) > 100 * TOLERANCE
+
+
+def test_raw_logprobs_are_the_models_own_at_any_sampling_temperature(
+    rollout_engine, video_sample, tiny_models, hf_model, hf_logprobs
+):
+    # logprobs_mode raw_logprobs: vLLM reports log-softmax of the unscaled logits, what the trainer's
+    # teacher-forced forward computes, whatever temperature the tokens were sampled at
+    engine = rollout_engine("qwen3_vl")
+    hf = hf_model(tiny_models["qwen3_vl"])
+    sample = video_sample("qwen3_vl", "wide", "warm")
+    (group,) = engine.rollout([sample], n=2, temperature=0.7)
+    for response in group.responses:
+        gap = diff(hf_logprobs(engine, hf, sample, response.token_ids), response.logprobs)
+        assert gap < TOLERANCE, f"max |Δ logprob| = {gap:.2e} at temperature 0.7"

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from services.reward.client import InProcessRewardClient
+from services.rollout.config import RolloutConfig
 from services.rollout.media import MediaError
 from services.rollout.samples import RolloutSample
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def configured(engine, reward_client=None, **updates) -> Iterator[None]:
     """The shared engine with some sampling/mix settings (and its gate's reward client) changed."""
     saved = engine.config, engine._reward_client
-    engine.config = saved[0].model_copy(update=updates)
+    engine.config = RolloutConfig.model_validate({**saved[0].model_dump(), **updates})
     engine._reward_client = reward_client or saved[1]
     try:
         yield
@@ -51,7 +52,8 @@ def test_a_group_holds_n_responses_with_logprobs(rollout_engine, video_sample):
             assert 0 < len(r.token_ids) <= 12 and len(r.logprobs) == len(r.token_ids)
             assert all(lp <= 0.0 for lp in r.logprobs)
             assert r.finish_reason in ("stop", "length")
-            assert (r.finish_reason == "stop") == (r.token_ids[-1] == engine.checkpoint.end_token_id)
+            # vLLM stops on any of the checkpoint's stop tokens (the set the trainer masks on)
+            assert (r.finish_reason == "stop") == (r.token_ids[-1] in engine.checkpoint.stop_token_ids)
             # vLLM holds back a trailing incomplete UTF-8 sequence; decode shows it as U+FFFD
             assert r.text == tokenizer.decode(r.token_ids, skip_special_tokens=True).rstrip("\ufffd")
             # placeholders are never sampled: they would not match any vision features in training
@@ -72,7 +74,8 @@ def test_mixed_group_always_injects_the_offline_response(rollout_engine, video_s
     engine = rollout_engine("qwen2_5_vl")
     offline_text = "<think>The square moves right.</think><answer>B</answer>"
     sample = video_sample("qwen2_5_vl", "wide", "mixed", offline_output=offline_text)
-    with configured(engine, mix_policy=True):
+    # the offline text is 13 tokens with <|im_end|>: max_tokens must leave it room (12 would refuse it)
+    with configured(engine, mix_policy=True, max_tokens=16):
         mixed, plain = engine.rollout([sample, video_sample("qwen2_5_vl", "wide", "plain")])
     assert mixed.offline_mask == [False, False, False, True]  # n-1 = 3 generated + the offline one
     offline = mixed.responses[-1]
@@ -80,6 +83,30 @@ def test_mixed_group_always_injects_the_offline_response(rollout_engine, video_s
     assert offline.token_ids == [*tokenizer(offline_text).input_ids, engine.checkpoint.end_token_id]
     assert offline.logprobs is None and offline.text == offline_text
     assert plain.offline_mask == [False] * 4  # no offline_output: an ordinary group
+
+
+def test_a_mixing_engine_refuses_n_1_unless_mixing_is_off_for_the_call(rollout_engine, video_sample):
+    from pydantic import ValidationError
+
+    engine = rollout_engine("qwen2_5_vl")
+    sample = video_sample("qwen2_5_vl", "wide", "baseline", offline_output="<answer>A</answer>")
+    with configured(engine, mix_policy=True):
+        # n=1 would generate n-1 = 0 responses and hand vLLM an obscure n=0 request
+        with pytest.raises(ValidationError, match="mix_policy needs n >= 2"):
+            engine.rollout([sample], n=1, temperature=0.0)
+        (group,) = engine.rollout([sample], n=1, temperature=0.0, mix_policy=False)
+    assert group.offline_mask == [False]
+    assert len(group.responses[0].token_ids) > 0
+
+
+def test_a_too_long_offline_output_names_the_sample_before_generating(rollout_engine, video_sample):
+    engine = rollout_engine("qwen2_5_vl")
+    sample = video_sample("qwen2_5_vl", "wide", "too-long", offline_output="word " * 40)
+    with (
+        configured(engine, mix_policy=True),
+        pytest.raises(ValueError, match=r"sample 'too-long': offline_output is \d+ tokens .* max_tokens=12"),
+    ):
+        engine.rollout([sample])
 
 
 @pytest.mark.parametrize(("accuracy", "injected"), [(0.25, True), (0.5, False), (1.0, False)])
@@ -112,7 +139,10 @@ def test_the_gate_scores_with_the_reward_library(rollout_engine, video_sample):
         offline_output="<answer>987654.321</answer>",
         reward={"problem_type": "numerical", "answer": "987654.321"},
     )
-    with configured(engine, InProcessRewardClient(), mix_policy=True, mix_accuracy_threshold=0.5):
+    # the offline text is 16 tokens with <|im_end|>, over the default 12
+    with configured(
+        engine, InProcessRewardClient(), mix_policy=True, mix_accuracy_threshold=0.5, max_tokens=16
+    ):
         (group,) = engine.rollout([sample])
     assert group.online_accuracy == 0.0
     assert group.offline_mask == [False, False, False, True]

@@ -103,3 +103,36 @@ def test_offline_response_with_a_placeholder_token_names_the_sample():
     sample = RolloutSample(id="clip-7", prompt="q", offline_output="a#b")
     with pytest.raises(ValueError, match=r"sample 'clip-7': offline_output contains vision placeholder.*'#'"):
         mix_policy.offline_response(sample, ToyTokenizer(), end_token_id=0, placeholder_token_ids=(35,))
+
+
+@pytest.mark.parametrize(
+    ("length", "max_tokens", "max_model_len", "prompt_length", "message"),
+    [
+        (12, 12, None, None, None),  # exactly max_tokens fits
+        (13, 12, None, None, r"sample 's1': offline_output is 13 tokens .* more than max_tokens=12"),
+        # 2048 - 2040 = 8 tokens left after the prompt
+        (
+            9,
+            12,
+            2048,
+            2040,
+            r"sample 's1': offline_output is 9 tokens .* more than the 8 that "
+            r"max_model_len=2048 leaves after its 2040-token prompt",
+        ),
+        (8, 12, 2048, 2040, None),  # exactly the 8 left
+    ],
+)
+def test_offline_length_limits(length, max_tokens, max_model_len, prompt_length, message):
+    if message is None:
+        mix_policy.check_offline_length("s1", length, max_tokens, max_model_len, prompt_length)
+    else:
+        with pytest.raises(ValueError, match=message):
+            mix_policy.check_offline_length("s1", length, max_tokens, max_model_len, prompt_length)
+
+
+def test_an_offline_response_longer_than_max_tokens_names_the_sample():
+    # "abcd" → 4 ids + the end token = 5 > 4
+    sample = RolloutSample(id="long-1", prompt="q", offline_output="abcd")
+    with pytest.raises(ValueError, match=r"sample 'long-1': offline_output is 5 tokens"):
+        mix_policy.offline_response(sample, ToyTokenizer(), end_token_id=0, max_tokens=4)
+    assert len(mix_policy.offline_response(sample, ToyTokenizer(), 0, max_tokens=5).token_ids) == 5

@@ -90,3 +90,24 @@ def test_placeholder_and_grid_mismatches_are_errors(ids, videos, message):
     grid = torch.tensor(videos) if videos else None
     with pytest.raises(ValueError, match=message):
         vision_items(ids, image_token_id=IMG, video_token_id=VID, merge_size=2, video_grid_thw=grid)
+
+
+def test_errors_name_the_sample():
+    with pytest.raises(ValueError, match=r"^sample 'clip-3': vision items run to token 4, past"):
+        vllm_positions(3, [VisionItem(0, 1, 2, 2)], sample_id="clip-3")
+    with pytest.raises(ValueError, match=r"^sample 'clip-3': more video placeholders than video grids"):
+        vision_items([VID], image_token_id=IMG, video_token_id=VID, merge_size=2, sample_id="clip-3")
+
+
+def test_a_video_without_its_seconds_per_grid_is_an_error_naming_the_sample():
+    # two videos of grid (2, 2, 2) → 2 tokens each, but one second_per_grid_ts entry
+    with pytest.raises(ValueError, match=r"sample 's5': video at token 2 has no second_per_grid_ts entry"):
+        vision_items(
+            [VID] * 4,
+            image_token_id=IMG,
+            video_token_id=VID,
+            merge_size=2,
+            video_grid_thw=torch.tensor([[2, 2, 2], [2, 2, 2]]),
+            second_per_grid_ts=[1.0],
+            sample_id="s5",
+        )

@@ -12,6 +12,7 @@ from services.rollout.prompts import (
     PlaceholderMismatch,
     check_feature_count,
     engine_input,
+    prepare_inputs,
     processor_kwargs,
     render_prompt,
 )
@@ -29,6 +30,12 @@ def test_checkpoint_facts_come_from_its_config_and_tokenizer(checkpoint):
     assert checkpoint.video_token_id == tok.convert_tokens_to_ids("<|video_pad|>")
     assert checkpoint.image_token_id == tok.convert_tokens_to_ids("<|image_pad|>")
     assert checkpoint.end_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    # vLLM stops on the tokenizer's EOS (<|im_end|>) and on generation_config's eos_token_id list,
+    # which the tiny builder sets to [<|im_end|>, <|endoftext|>]
+    assert checkpoint.stop_token_ids == {
+        tok.convert_tokens_to_ids("<|im_end|>"),
+        tok.convert_tokens_to_ids("<|endoftext|>"),
+    }
 
 
 def test_unknown_model_types_are_named():
@@ -95,3 +102,26 @@ def test_feature_count_mismatch_names_the_sample_and_its_clips():
         PlaceholderMismatch, match=r"sample 's7': .* 15 video tokens but its clips \['k1'\] hold 16"
     ):
         check_feature_count(item, [1] + [5] * 15 + [2], video_token_id=5)
+
+
+class NoFrames:
+    def load(self, key, expect=None):
+        raise AssertionError(f"media of {key} loaded before the offline outputs were checked")
+
+
+def test_a_too_long_offline_output_fails_before_any_media_is_loaded(checkpoint, make_config):
+    config = make_config(mix_policy=True, max_tokens=4)
+    text = "one two three four five six"
+    length = len(checkpoint.tokenizer(text, add_special_tokens=False).input_ids) + 1  # + <|im_end|>
+    assert length > 4
+    samples = [
+        RolloutSample(id="ok", prompt="q", videos=("v",)),
+        RolloutSample(id="wordy", prompt="q", videos=("v",), offline_output=text),
+    ]
+    with pytest.raises(
+        ValueError, match=rf"sample 'wordy': offline_output is {length} tokens .* max_tokens=4"
+    ):
+        prepare_inputs(samples, checkpoint, NoFrames(), config)
+    # not mixing: the offline output is not used, so not checked
+    with pytest.raises(AssertionError, match="loaded before"):
+        prepare_inputs(samples, checkpoint, NoFrames(), make_config(max_tokens=4))

@@ -63,3 +63,19 @@ def test_a_checkpoint_folder_can_be_pushed(
         assert gap(hf_logprobs(engine, new, sample, response.token_ids), response.logprobs) < TOLERANCE
     finally:
         engine.push_weights(old.state_dict())
+
+
+@pytest.mark.parametrize("transport", ["file", "bytes"])
+def test_a_push_without_the_vision_tower_is_refused_and_the_old_weights_stay(
+    rollout_engine, video_sample, tiny_models, hf_model, hf_logprobs, transport
+):
+    # vLLM itself would log "weights were not loaded" and keep the old vision tower: a silent half-push
+    engine = rollout_engine("qwen2_5_vl")
+    old = hf_model(tiny_models["qwen2_5_vl"])
+    new = perturbed(old, seed=4)
+    language_only = {k: v for k, v in new.state_dict().items() if not k.startswith("model.visual.")}
+    with pytest.raises(ValueError, match=r"state dict does not match .* missing \(e\.g\. \['model\.visual\."):
+        engine.push_weights(language_only, transport=transport)
+    sample = video_sample("qwen2_5_vl", "wide", f"refused-{transport}")
+    response = engine.rollout([sample], n=1)[0].responses[0]
+    assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) < TOLERANCE

@@ -101,7 +101,7 @@ class FrameStore:
             meta = json.loads((entry / META_FILE).read_text())
         except FileNotFoundError:
             raise ClipNotCached(f"clip {key} is not in the frame store at {self.root}") from None
-        check_params(key, meta["params"], expect)
+        check_params(key, meta.get("params", {}), expect)
         # copy-on-write mapping: pages are shared between processes through the page cache.
         array = np.load(entry / FRAMES_FILE, mmap_mode="c" if mmap else None)
         return torch.from_numpy(array), meta

@@ -3,7 +3,8 @@
 One registered entry per family. Every family shares the same tiny text decoder shape (hidden 128,
 2 layers, 2 query heads, 1 KV head of width 64) and a 2-block, 64-wide vision tower with the family's
 real patch geometry from :mod:`services.common.families`, so frames resized for a real checkpoint of
-the family fit the tiny one too. About 1.7M parameters: an engine starts and a step trains in seconds.
+the family fit the tiny one too. 0.8-1.0M parameters (Qwen2-VL 815,616, Qwen2.5-VL 831,936, Qwen3-VL
+954,048 with the trained tokenizer): an engine starts and a step trains in seconds.
 """
 
 from __future__ import annotations
