@@ -105,6 +105,22 @@ def _sequence_log_ratio(
     return masked_mean(log_probs - old_log_probs, mask, dim=-1).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
+def _sequence_metrics(
+    seq_ratio: torch.Tensor,
+    seq_adv: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+) -> dict[str, float]:
+    """GSPO's per-response clip fractions and mean sequence ratio (responses without tokens excluded)."""
+    has_tokens = response_mask.sum(dim=-1) > 0
+    metrics = clip_fractions(
+        seq_ratio, seq_adv, has_tokens, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high
+    )
+    metrics["seq_ratio_mean"] = masked_mean(seq_ratio, has_tokens).item()
+    return metrics
+
+
 @register_policy_loss(PolicyLoss.GSPO)
 def gspo_loss(
     log_probs: torch.Tensor,
@@ -127,15 +143,7 @@ def gspo_loss(
     seq_ratio = torch.exp(_sequence_log_ratio(log_probs, old_log_probs, response_mask))
     seq_adv = masked_mean(advantages, response_mask, dim=-1)
     seq_losses = _clipped_surrogate(seq_ratio, seq_adv, clip_ratio_low, clip_ratio_high, None)
-    has_tokens = response_mask.sum(dim=-1) > 0
-    metrics = clip_fractions(
-        seq_ratio.detach(),
-        seq_adv,
-        has_tokens,
-        clip_ratio_low=clip_ratio_low,
-        clip_ratio_high=clip_ratio_high,
-    )
-    metrics["seq_ratio_mean"] = masked_mean(seq_ratio.detach(), has_tokens).item()
+    metrics = _sequence_metrics(seq_ratio.detach(), seq_adv, response_mask, clip_ratio_low, clip_ratio_high)
     return seq_losses.unsqueeze(-1) * response_mask.to(seq_losses.dtype), metrics
 
 
@@ -160,13 +168,10 @@ def gspo_token_loss(
     seq_log_ratio = _sequence_log_ratio(log_probs, old_log_probs, response_mask).detach()
     token_ratio = torch.exp(seq_log_ratio.unsqueeze(-1) + log_probs - log_probs.detach())
     losses = _clipped_surrogate(token_ratio, advantages, clip_ratio_low, clip_ratio_high, None)
-    seq_ratio = torch.exp(seq_log_ratio)
     seq_adv = masked_mean(advantages, response_mask, dim=-1)
-    has_tokens = response_mask.sum(dim=-1) > 0
-    metrics = clip_fractions(
-        seq_ratio, seq_adv, has_tokens, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high
+    metrics = _sequence_metrics(
+        torch.exp(seq_log_ratio), seq_adv, response_mask, clip_ratio_low, clip_ratio_high
     )
-    metrics["seq_ratio_mean"] = masked_mean(seq_ratio, has_tokens).item()
     return losses, metrics
 
 
