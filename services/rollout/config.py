@@ -29,6 +29,12 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = True
     tensor_parallel_size: int = Field(1, ge=1)
     max_num_seqs: int | None = Field(None, gt=0)
+    # Throughput settings for GPU runs; null leaves vLLM's own default.
+    max_num_batched_tokens: int | None = Field(None, gt=0)
+    enable_chunked_prefill: bool | None = None
+    mm_processor_cache_gb: float | None = Field(None, ge=0)
+    # Frees the KV cache and weights between rollouts (colocated trainer and engine on one GPU).
+    enable_sleep_mode: bool = False
     limit_mm_per_prompt: dict[Literal["image", "video"], int] = Field(
         default_factory=lambda: {"image": 1, "video": 1}
     )

@@ -30,8 +30,13 @@ def engine_kwargs(model: str, config: RolloutConfig) -> dict[str, Any]:
     }
     if engine.kv_cache_gib is not None:
         kwargs["kv_cache_memory_bytes"] = int(engine.kv_cache_gib * GiB)
-    if engine.max_num_seqs is not None:
-        kwargs["max_num_seqs"] = engine.max_num_seqs
+    optional = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "mm_processor_cache_gb")
+    for name in optional:
+        value = getattr(engine, name)
+        if value is not None:
+            kwargs[name] = value
+    if engine.enable_sleep_mode:
+        kwargs["enable_sleep_mode"] = True
     return kwargs
 
 

@@ -44,6 +44,22 @@ def test_engine_kwargs_carry_the_config():
     assert kwargs["worker_extension_cls"] == "services.rollout.weight_sync.WeightSyncExtension"
 
 
+def test_gpu_throughput_settings_pass_through_only_when_set():
+    defaults = engine_kwargs("/ckpt", RolloutConfig())
+    for name in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "mm_processor_cache_gb"):
+        assert name not in defaults
+    assert "enable_sleep_mode" not in defaults
+    engine = {
+        "max_num_seqs": 64,
+        "max_num_batched_tokens": 16384,
+        "enable_chunked_prefill": True,
+        "mm_processor_cache_gb": 0,
+        "enable_sleep_mode": True,
+    }
+    kwargs = engine_kwargs("/ckpt", RolloutConfig.model_validate({"engine": engine}))
+    assert {k: kwargs[k] for k in engine} == engine
+
+
 def test_no_kv_cache_size_leaves_vllm_to_size_it_from_gpu_memory():
     kwargs = engine_kwargs("/ckpt", RolloutConfig.model_validate({"engine": {"kv_cache_gib": None}}))
     assert "kv_cache_memory_bytes" not in kwargs
