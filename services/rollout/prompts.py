@@ -81,6 +81,8 @@ def prepare_inputs(
 ) -> list[EngineInput]:
     """Check every sample's offline output (when ``config`` mixes), load and check its media and
     render its prompt; errors name the sample and come before anything is generated."""
+    for sample in samples:
+        check_media_counts(sample, config.engine.limit_mm_per_prompt)
     offline_responses(samples, checkpoint, config)
     family = checkpoint.family
     return [
@@ -93,6 +95,18 @@ def prepare_inputs(
         )
         for sample in samples
     ]
+
+
+def check_media_counts(sample: RolloutSample, limits: dict[str, int]) -> None:
+    """A sample may carry at most ``engine.limit_mm_per_prompt`` items per modality (vLLM would refuse
+    it later without naming the sample)."""
+    for modality, items in (("video", sample.videos), ("image", sample.images)):
+        limit = limits.get(modality, 0)
+        if len(items) > limit:
+            raise ValueError(
+                f"sample {sample.id!r}: {len(items)} {modality}(s) but rollout.engine.limit_mm_per_prompt "
+                f"allows {limit}; raise the limit"
+            )
 
 
 def check_feature_count(item: EngineInput, prompt_token_ids: list[int], video_token_id: int) -> None:

@@ -11,6 +11,7 @@ from services.rollout.prompts import (
     EngineInput,
     PlaceholderMismatch,
     check_feature_count,
+    check_media_counts,
     engine_input,
     prepare_inputs,
     processor_kwargs,
@@ -125,3 +126,12 @@ def test_a_too_long_offline_output_fails_before_any_media_is_loaded(checkpoint, 
     # not mixing: the offline output is not used, so not checked
     with pytest.raises(AssertionError, match="loaded before"):
         prepare_inputs(samples, checkpoint, NoFrames(), make_config(max_tokens=4))
+
+
+def test_more_media_than_the_engine_allows_is_refused_naming_the_sample():
+    two_videos = RolloutSample(id="s7", prompt="Compare.", videos=("k1", "k2"))
+    check_media_counts(two_videos, {"video": 2, "image": 1})
+    with pytest.raises(ValueError, match=r"sample 's7': 2 video\(s\) but .*limit_mm_per_prompt allows 1"):
+        check_media_counts(two_videos, {"video": 1, "image": 1})
+    with pytest.raises(ValueError, match=r"sample 'i': 1 image\(s\) .* allows 0"):
+        check_media_counts(RolloutSample(id="i", prompt="?", images=("k",)), {"video": 1})
