@@ -70,8 +70,9 @@ def outcome_token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> 
         ``(B, L)`` with ``scores[i]`` at the last position where ``response_mask[i]`` is 1, 0 elsewhere.
     """
     mask = response_mask.to(scores.dtype)
-    positions = torch.arange(1, mask.shape[-1] + 1, dtype=scores.dtype, device=scores.device)
-    last = (mask * positions).argmax(dim=-1, keepdim=True)
+    # integer positions: in bf16 (8-bit mantissa) 257 rounds to 256, and argmax would pick an earlier tie
+    positions = torch.arange(1, mask.shape[-1] + 1, dtype=torch.long, device=scores.device)
+    last = (response_mask.bool().long() * positions).argmax(dim=-1, keepdim=True)
     placed = torch.zeros_like(mask).scatter_(-1, last, scores.unsqueeze(-1))
     return placed * mask
 

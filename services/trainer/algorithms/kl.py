@@ -16,13 +16,17 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from services.trainer.algorithms.aggregation import LossAgg, aggregate_loss
-from services.trainer.algorithms.masked import masked_mean, masked_sum
+from services.trainer.algorithms.masked import masked_mean, masked_sum, zero_padding
 
 if TYPE_CHECKING:
     from services.trainer.algorithms.config import KLConfig
 
 K3_CLAMP = 10.0
-"""|k3| is clamped here: exp(ref - logp) explodes for tokens the policy has made far likelier."""
+"""|k3| is clamped here: exp(ref - logp) explodes for tokens the policy has made far less likely."""
+
+K3_LOG_RATIO_LIMIT = 20.0
+"""``d`` is clamped to ±20 before k3's exp: exp(-d) overflows float32/bf16 from d < -88, and the clamp on
+k3 alone would then back-propagate ``0 * inf = nan`` (verl/EasyR1 ``low_var_kl`` clamp the same way)."""
 
 
 class KLMode(StrEnum):
@@ -58,7 +62,8 @@ def kl_penalty(
 
     - ``k1``: ``d`` (unbiased, high variance, can be negative).
     - ``k2``: ``d^2 / 2`` (the "mse" form; biased, low variance).
-    - ``k3``: ``exp(-d) - 1 + d`` (unbiased, non-negative, low variance), clamped to ``[-10, 10]``.
+    - ``k3``: ``exp(-d) - 1 + d`` (unbiased, non-negative, low variance), with ``d`` clamped to ``[-20, 20]``
+      first and the result to ``[-10, 10]``; beyond either clamp the gradient is 0 (never NaN).
     - ``abs``: ``|d|``.
     """
     return _KL_ESTIMATORS[KLEstimator(estimator)](log_probs - ref_log_probs)
@@ -67,9 +72,13 @@ def kl_penalty(
 _KL_ESTIMATORS: dict[KLEstimator, Callable[[torch.Tensor], torch.Tensor]] = {
     KLEstimator.K1: lambda d: d,
     KLEstimator.K2: lambda d: 0.5 * d.square(),
-    KLEstimator.K3: lambda d: (torch.exp(-d) - 1.0 + d).clamp(-K3_CLAMP, K3_CLAMP),
+    KLEstimator.K3: lambda d: _k3(d.clamp(-K3_LOG_RATIO_LIMIT, K3_LOG_RATIO_LIMIT)),
     KLEstimator.ABS: lambda d: d.abs(),
 }
+
+
+def _k3(d: torch.Tensor) -> torch.Tensor:
+    return (torch.exp(-d) - 1.0 + d).clamp(-K3_CLAMP, K3_CLAMP)
 
 
 def compute_kl_loss(
@@ -84,10 +93,15 @@ def compute_kl_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL as a loss term: ``coef * aggregate(kl_penalty)``, added to the policy loss.
 
+    Padded positions of the inputs are zeroed first, so a NaN or inf there reaches neither the loss nor
+    its gradient.
+
     Returns:
         the scaled 0-d loss (differentiable in ``log_probs``) and metrics ``kl_loss`` (unscaled),
         ``kl_coef``.
     """
+    log_probs = zero_padding(log_probs, response_mask)
+    ref_log_probs = zero_padding(ref_log_probs, response_mask)
     kl = aggregate_loss(
         kl_penalty(log_probs, ref_log_probs, estimator), response_mask, loss_agg, norm_length=norm_length
     )
@@ -114,8 +128,8 @@ def apply_kl_reward_penalty(
         summed per-token KL, what an adaptive controller tracks) and ``kl_coef``.
     """
     kl = kl_penalty(log_probs, ref_log_probs, estimator)
-    mask = response_mask.to(token_rewards.dtype)
-    penalised = (token_rewards - coef * kl) * mask
+    # where, not a product with the mask: a NaN log-prob in a padded position must not leak as 0 * nan
+    penalised = zero_padding(token_rewards - coef * kl, response_mask)
     per_response = masked_sum(kl, response_mask, dim=-1)
     return penalised, {"kl_penalty": per_response.mean().item(), "kl_coef": coef}
 

@@ -15,9 +15,19 @@ GroupIds = torch.Tensor | np.ndarray | Sequence[Hashable]
 """Group membership, one id per sample ``(B,)``: samples of one prompt share an id, in any order."""
 
 
+def zero_padding(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` with every position where ``mask`` is 0 replaced by 0. ``values``, ``mask``: same shape.
+
+    Applied to the inputs of a differentiable loss, it keeps a NaN or inf in a padded position out of the
+    gradient as well as the value: masking only the output still back-propagates ``0 * nan = nan`` through
+    ``exp`` or a product with the padded entry.
+    """
+    return torch.where(mask.bool(), values, torch.zeros_like(values))
+
+
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of ``values`` where ``mask`` is 1. ``values``, ``mask``: same shape; ``dim`` None sums all."""
-    kept = torch.where(mask.bool(), values, torch.zeros_like(values))
+    kept = zero_padding(values, mask)
     return kept.sum() if dim is None else kept.sum(dim=dim)
 
 

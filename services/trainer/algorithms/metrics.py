@@ -67,7 +67,7 @@ def approx_kl(
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the categorical distribution at each position.
 
-    ``H = logsumexp(z) - sum_v softmax(z)_v z_v``.
+    ``H = logsumexp(z) - sum_v softmax(z)_v z_v``; ``-inf`` logits (masked tokens) contribute 0.
 
     Args:
         logits: ``(B, L, V)``.
@@ -75,6 +75,9 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(B, L)`` in nats.
     """
+    # a -inf logit (a banned token) would give 0 * -inf = nan; the lowest finite value gives p = 0 exactly
+    # and a zero gradient through the clamp
+    logits = logits.clamp(min=torch.finfo(logits.dtype).min)
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 import torch
 
 from services.trainer.algorithms.aggregation import LossAgg, aggregate_loss
-from services.trainer.algorithms.masked import masked_mean
+from services.trainer.algorithms.masked import masked_mean, zero_padding
 from services.trainer.algorithms.metrics import approx_kl, clip_fractions
 from services.trainer.algorithms.registry import Registry
 
@@ -281,10 +281,19 @@ def compute_policy_loss(
     ``behaviour_log_probs``; most from :meth:`AlgorithmConfig.policy_loss_params`) go to the loss that
     names them; ``None`` counts as absent.
 
+    Padded positions of the token-level inputs are zeroed first, so a NaN or inf there (e.g. a ``-inf``
+    log-prob) reaches neither the loss nor its gradient.
+
     Returns:
         the 0-d loss to back-propagate and float metrics: the loss's own plus ``pg_loss`` and ``ppo_kl``
         (k3 estimate of KL(old || new)).
     """
+    log_probs = zero_padding(log_probs, response_mask)
+    old_log_probs = zero_padding(old_log_probs, response_mask)
+    advantages = zero_padding(advantages, response_mask)
+    behaviour = inputs.get("behaviour_log_probs")
+    if isinstance(behaviour, torch.Tensor):
+        inputs["behaviour_log_probs"] = zero_padding(behaviour, response_mask)
     token_losses, metrics = POLICY_LOSSES.call(
         loss,
         log_probs=log_probs,

@@ -236,6 +236,23 @@ def test_outcome_token_rewards_puts_the_score_on_the_last_response_token():
     torch.testing.assert_close(placed, f64([[0, 2, 0], [0, 0, 3], [0, 0, 4]]))
 
 
+@pytest.mark.parametrize(
+    ("dtype", "length"),
+    [
+        # bf16 has an 8-bit mantissa: position 257 rounded to 256 and tied with 256, so argmax put the score
+        # on index 255 instead of 256; fp16 (11 bits) ties 2049 with 2048 the same way
+        (torch.bfloat16, 257),
+        (torch.float16, 2049),
+    ],
+)
+def test_outcome_token_rewards_finds_the_last_token_of_long_low_precision_responses(dtype, length):
+    mask = torch.zeros(1, length + 3, dtype=dtype)
+    mask[0, :length] = 1
+    placed = outcome_token_rewards(torch.tensor([1.0], dtype=dtype), mask)
+    assert placed.dtype == dtype
+    assert placed.nonzero().tolist() == [[0, length - 1]]
+
+
 def test_compute_advantages_derives_scores_from_token_rewards():
     # token rewards sum to scores {1, 0}: RLOO gives 1 - 0 = 1 and 0 - 1 = -1
     mask = f64([[1, 1], [1, 0]])

@@ -61,6 +61,18 @@ def test_k3_is_clamped():
     assert kl_penalty(f64([[-20.0]]), f64([[0.0]]), "k3").item() == 10.0
 
 
+@pytest.mark.parametrize("d", [-100.0, 100.0])
+def test_k3_far_from_the_reference_has_a_clamped_value_and_a_zero_not_nan_gradient(d):
+    # float32, d = -100: exp(100) overflows to inf and clamping only the result back-propagated 0 * inf = nan;
+    # with d clamped to -20 first: exp(20) - 1 - 20 = 4.85e8 -> 10, gradient 0.
+    # d = +100: exp(-100) - 1 + 100 = 99 -> 10, gradient 0
+    log_probs = torch.tensor([[d]], requires_grad=True)
+    kl = kl_penalty(log_probs, torch.zeros(1, 1), "k3")
+    assert kl.item() == 10.0
+    (grad,) = torch.autograd.grad(kl.sum(), log_probs)
+    assert grad.item() == 0.0
+
+
 @pytest.mark.parametrize("estimator", ["k1", "k3"])
 def test_k1_and_k3_are_unbiased(estimator):
     # p = [0.5, 0.5], q = [0.25, 0.75]: KL(p||q) = 0.5 ln(0.5/0.25) + 0.5 ln(0.5/0.75) = 0.5 (0.693147 - 0.405465)
@@ -83,6 +95,42 @@ def test_kl_loss_scales_aggregates_and_pulls_towards_the_reference():
     # d(0.1 * mean(d^2 / 2)) / d logp_t = 0.1 * d_t / 2 = [0.034657, -0.034657, 0]: descent moves logp to ref
     (grad,) = torch.autograd.grad(loss, log_probs)
     torch.testing.assert_close(grad, f64([[0.05 * LN2, -0.05 * LN2, 0.0]]))
+
+
+@pytest.mark.parametrize("estimator", list(KLEstimator))
+@pytest.mark.parametrize("pad", [-math.inf, math.nan])
+def test_kl_loss_ignores_non_finite_padding_in_value_and_gradient(estimator, pad):
+    # real token: p 0.5 vs ref 0.25 -> d = ln 2; the padded token has log-probs -inf or nan in both inputs.
+    # k2 and k3 used to back-propagate 0 * nan into the padded position.
+    log_probs = f64([[math.log(0.5), pad]]).requires_grad_(True)
+    reference = f64([[math.log(0.25), pad]])
+    loss, _ = compute_kl_loss(
+        log_probs, reference, f64([[1, 0]]), coef=1.0, estimator=estimator, loss_agg="token-mean"
+    )
+    # values at d = ln 2 (see test_estimators_hand_computed) and their derivatives in d:
+    # k1: ln 2, 1; k2: ln^2 2 / 2, d = ln 2; k3: ln 2 - 0.5, 1 - exp(-d) = 0.5; abs: ln 2, 1
+    value, slope = {
+        "k1": (LN2, 1.0),
+        "k2": (0.5 * LN2**2, LN2),
+        "k3": (LN2 - 0.5, 0.5),
+        "abs": (LN2, 1.0),
+    }[KLEstimator(estimator).value]
+    assert loss.item() == pytest.approx(value)
+    (grad,) = torch.autograd.grad(loss, log_probs)
+    torch.testing.assert_close(grad, f64([[slope, 0.0]]))
+
+
+def test_kl_reward_penalty_is_zero_on_padding_even_when_log_probs_there_are_nan():
+    # k1 on the real token: d = ln 2, reward 1 - 0.5 * ln 2 = 0.653426; padding: nan * 0 used to stay nan
+    rewards, _ = apply_kl_reward_penalty(
+        f64([[1.0, 0.0]]),
+        f64([[math.log(0.5), math.nan]]),
+        f64([[math.log(0.25), 0.0]]),
+        f64([[1, 0]]),
+        coef=0.5,
+        estimator="k1",
+    )
+    torch.testing.assert_close(rewards, f64([[1 - 0.5 * LN2, 0.0]]))
 
 
 def test_kl_reward_penalty():

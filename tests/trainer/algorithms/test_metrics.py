@@ -61,6 +61,19 @@ def test_entropy_from_logits():
     assert mean_entropy(logits, f64([[1, 0]])) == pytest.approx(math.log(3.0))
 
 
+def test_entropy_ignores_minus_inf_logits_in_value_and_gradient():
+    # logits [0, -inf, ln 3]: probs [1/4, 0, 3/4]; H = 0.25 ln 4 + 0.75 ln(4/3) = 0.346574 + 0.215762 = 0.562335
+    # (0 * -inf used to give nan); dH/dz_v = -p_v (log p_v + H): the banned token has p = 0 -> gradient 0
+    logits = f64([[[0.0, -math.inf, math.log(3.0)]]]).requires_grad_(True)
+    entropy = entropy_from_logits(logits)
+    expected = 0.25 * math.log(4.0) + 0.75 * math.log(4 / 3)
+    torch.testing.assert_close(entropy, f64([[expected]]))
+    (grad,) = torch.autograd.grad(entropy.sum(), logits)
+    p0, p2 = 0.25, 0.75
+    expected_grad = [-p0 * (math.log(p0) + expected), 0.0, -p2 * (math.log(p2) + expected)]
+    torch.testing.assert_close(grad, f64([[expected_grad]]))
+
+
 def test_reward_means_by_type():
     # mcq: overall (1 + 0) / 2 = 0.5, accuracy (1 + 0) / 2 = 0.5; ocr: 0.5 and 0.4
     # all: overall (1 + 0.5 + 0) / 3 = 0.5; accuracy (1 + 0.4 + 0) / 3 = 0.466667

@@ -114,6 +114,44 @@ def test_padding_never_contributes_to_loss_or_gradient():
         torch.testing.assert_close(results[0], results[1], msg=f"{name}: padding changed the result")
 
 
+@pytest.mark.parametrize("pad", [-math.inf, math.nan])
+def test_non_finite_padding_reaches_neither_loss_nor_gradient(pad):
+    # one real token per row, r = 1 (log-probs ln 0.5 under both policies), A = +1; padded positions hold
+    # -inf or nan in every token-level input. Every loss gives -1 on the real token (PPO/GSPO: -A r;
+    # CISPO: -w A logp = -ln 0.5 = +0.693147 but its gradient is -w A = -1; LUFFY row 1 is offline with
+    # behaviour prob 0.5, so r = 1 and f = 1 / 1.1). Before padding was zeroed at the entry point,
+    # gspo_token and cispo back-propagated 0 * nan into the padded positions.
+    mask = f64([[1, 0], [1, 0]])
+    half = math.log(0.5)
+    expected_loss = {
+        PolicyLoss.PPO: -1.0,
+        PolicyLoss.GSPO: -1.0,
+        PolicyLoss.GSPO_TOKEN: -1.0,
+        PolicyLoss.CISPO: -half,
+        # (-1 + -1/1.1) / 2 = -0.954545
+        PolicyLoss.LUFFY: (-1.0 - 1 / 1.1) / 2,
+    }
+    # d/dlogp: -A r = -1 for PPO/GSPO/CISPO; LUFFY offline: -gamma r / (r + gamma)^2 = -0.1 / 1.21
+    expected_grad = {name: [[-0.5, 0.0], [-0.5, 0.0]] for name in PolicyLoss}
+    expected_grad[PolicyLoss.LUFFY] = [[-0.5, 0.0], [-0.05 / 1.21, 0.0]]
+    for name in PolicyLoss:
+        log_probs = f64([[half, pad], [half, pad]]).requires_grad_(True)
+        loss, _ = compute_policy_loss(
+            name,
+            log_probs=log_probs,
+            old_log_probs=f64([[half, pad], [half, pad]]),
+            advantages=f64([[1.0, pad], [1.0, pad]]),
+            response_mask=mask,
+            loss_agg="token-mean",
+            offline_mask=torch.tensor([False, True]),
+            behaviour_log_probs=f64([[0.0, pad], [half, pad]]),
+            **CLIP,
+        )
+        assert loss.item() == pytest.approx(expected_loss[name]), name
+        (grad,) = torch.autograd.grad(loss, log_probs)
+        torch.testing.assert_close(grad, f64(expected_grad[name]), msg=f"{name}: gradient {grad}")
+
+
 # --- GSPO -------------------------------------------------------------------------------------------------
 
 
