@@ -151,11 +151,10 @@ class _PyAVVideo:
 
     def _presented_frames(self, stream) -> int:
         """Frames the stream presents: its coded frames less those the edit list hides."""
-        entries = stream.index_entries
-        hidden = sum(1 for e in entries if e.is_discard)
+        hidden = _discarded(stream)
         if hidden:
             # The header's frame count (mp4 sample count) still includes the hidden frames.
-            return len(entries) - hidden
+            return len(stream.index_entries) - hidden
         return stream.frames or self._count_packets(stream)
 
     def _count_packets(self, stream) -> int:
@@ -218,6 +217,11 @@ def _quarter_turns(rotation: int) -> int:
     return rotation // 90 % 4 if rotation % 90 == 0 else 0
 
 
+def _discarded(stream) -> int:
+    """Index entries of ``stream`` that its edit list marks as not presented."""
+    return sum(1 for e in stream.index_entries if e.is_discard)
+
+
 def _hidden_by_edit_list(path: Path) -> int:
     """Coded frames of the first video stream that the file's edit list hides (0 without one).
 
@@ -229,7 +233,7 @@ def _hidden_by_edit_list(path: Path) -> int:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 return 0
-            return sum(1 for e in container.streams.video[0].index_entries if e.is_discard)
+            return _discarded(container.streams.video[0])
     except (av.FFmpegError, OSError) as exc:
         raise DecodeError(f"{path}: cannot read its index for the edit-list check: {exc}") from exc
 

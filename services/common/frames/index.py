@@ -7,15 +7,18 @@ broker decode a clip once; a worker that dies stops renewing its lease and the c
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.common.db.models import ClipStatus, FrameClip, VideoAsset
+
+T = TypeVar("T")
 
 
 def _now() -> datetime:
@@ -29,16 +32,27 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-def register_asset(session: Session, content_hash: str, size_bytes: int, path: str) -> VideoAsset:
-    """The asset row for these bytes (created if new), with ``path`` among its known paths."""
-    asset = session.scalar(select(VideoAsset).where(VideoAsset.content_hash == content_hash))
-    if asset is None:
+def _get_or_create(session: Session, query: Select[tuple[T]], make: Callable[[], T]) -> T:
+    """The row ``query`` finds, or a new one from ``make``. Two processes may insert at once: the unique
+    constraint lets one win, and the other reads the winner's row."""
+    row = session.scalar(query)
+    if row is None:
         try:
             with session.begin_nested():
-                asset = VideoAsset(content_hash=content_hash, size_bytes=size_bytes, paths=[path])
-                session.add(asset)
+                row = make()
+                session.add(row)
         except IntegrityError:
-            asset = session.scalars(select(VideoAsset).where(VideoAsset.content_hash == content_hash)).one()
+            row = session.scalars(query).one()
+    return row
+
+
+def register_asset(session: Session, content_hash: str, size_bytes: int, path: str) -> VideoAsset:
+    """The asset row for these bytes (created if new), with ``path`` among its known paths."""
+    asset = _get_or_create(
+        session,
+        select(VideoAsset).where(VideoAsset.content_hash == content_hash),
+        lambda: VideoAsset(content_hash=content_hash, size_bytes=size_bytes, paths=[path]),
+    )
     if path not in asset.paths:
         asset.paths = [*asset.paths, path]
     return asset
@@ -46,22 +60,19 @@ def register_asset(session: Session, content_hash: str, size_bytes: int, path: s
 
 def request_clip(session: Session, key: str, asset: VideoAsset, params: dict[str, Any]) -> FrameClip:
     """Record a request for a clip; a new or previously failed clip becomes ``queued``."""
-    clip = session.scalar(select(FrameClip).where(FrameClip.key == key))
-    if clip is None:
-        try:
-            with session.begin_nested():
-                clip = FrameClip(
-                    key=key,
-                    asset_id=asset.id,
-                    params=params,
-                    status=ClipStatus.queued,
-                    attempts=0,
-                    requests=0,
-                    hits=0,
-                )
-                session.add(clip)
-        except IntegrityError:
-            clip = session.scalars(select(FrameClip).where(FrameClip.key == key)).one()
+    clip = _get_or_create(
+        session,
+        select(FrameClip).where(FrameClip.key == key),
+        lambda: FrameClip(
+            key=key,
+            asset_id=asset.id,
+            params=params,
+            status=ClipStatus.queued,
+            attempts=0,
+            requests=0,
+            hits=0,
+        ),
+    )
     clip.requests += 1
     if clip.status == ClipStatus.ready:
         clip.hits += 1
