@@ -57,7 +57,10 @@ def dispose_engines() -> None:
 
 
 def ensure_schema(url: str | None = None) -> Engine:
-    """Upgrade the database to the newest Alembic revision (once per process and URL)."""
+    """Upgrade the database to every newest Alembic revision (once per process and URL).
+
+    Each service's tables live on their own migration branch from ``0001``, so ``heads``, not ``head``.
+    """
     engine = get_engine(url)
     key = str(engine.url)
     if key in _migrated:
@@ -68,7 +71,7 @@ def ensure_schema(url: str | None = None) -> Engine:
             cfg.set_main_option("script_location", str(_MIGRATIONS))
             with engine.begin() as conn:
                 cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
+                command.upgrade(cfg, "heads")
             _migrated.add(key)
     return engine
 
