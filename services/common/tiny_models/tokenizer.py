@@ -41,6 +41,12 @@ PAD = "<|endoftext|>"
 MODEL_MAX_LENGTH = 32_768
 # Upper bound for BPE training; the fixed corpus runs out of pairs to merge well before it.
 MAX_BPE_VOCAB = 4096
+# Option letters after "<answer>" (">X") and after a space ("ĠX", byte-level) must each be ONE token,
+# for every letter alike. Trained merges cover only the letters the corpus happens to use (">A", ">B"),
+# and a policy then explores "A"/"B" in one step but "C"/"D" only in two: RL on choice questions sees
+# letters with different odds before it has learned anything (FINDINGS.md, tokenizer asymmetry).
+LETTER_PREFIXES = (">", "Ġ")
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def chat_template() -> str:
@@ -62,7 +68,27 @@ def train_bpe(vocab_size: int = MAX_BPE_VOCAB) -> tuple[dict[str, int], list[tup
     )
     bpe.train_from_iterator(training_corpus(), trainer)
     model = json.loads(bpe.to_str())["model"]
-    return dict(model["vocab"]), [tuple(pair) for pair in model["merges"]]
+    return with_letter_merges(dict(model["vocab"]), [tuple(pair) for pair in model["merges"]])
+
+
+def with_letter_merges(
+    vocab: dict[str, int], merges: list[tuple[str, str]]
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """``vocab`` and ``merges`` completed so that every prefix + option letter is a single token.
+
+    Missing merges are appended after the trained ones (lowest priority): a two-symbol pre-token such as
+    ``>C`` still merges, and nothing the corpus taught is tokenised differently.
+    """
+    vocab, merges = dict(vocab), list(merges)
+    next_id = max(vocab.values()) + 1
+    for prefix in LETTER_PREFIXES:
+        for letter in OPTION_LETTERS:
+            token = prefix + letter
+            if token not in vocab:
+                vocab[token] = next_id
+                next_id += 1
+                merges.append((prefix, letter))
+    return vocab, merges
 
 
 def _with_added_tokens(vocab: dict[str, int]) -> dict[str, int]:
