@@ -9,8 +9,9 @@ from services.trainer.algorithms.advantages import (
     compute_advantages,
     outcome_token_rewards,
     register_advantage,
+    sequence_returns,
 )
-from services.trainer.algorithms.aggregation import LossAgg, aggregate_loss
+from services.trainer.algorithms.aggregation import LossAgg, aggregate_loss, local_normaliser
 from services.trainer.algorithms.config import (
     AlgorithmConfig,
     DynamicSamplingConfig,
@@ -67,6 +68,7 @@ __all__ = [
     "dynamic_sampling_keep",
     "entropy_from_logits",
     "kl_penalty",
+    "local_normaliser",
     "make_kl_controller",
     "mean_entropy",
     "outcome_token_rewards",
@@ -74,5 +76,6 @@ __all__ = [
     "register_advantage",
     "register_policy_loss",
     "reward_means_by_type",
+    "sequence_returns",
     "validate_algorithm",
 ]

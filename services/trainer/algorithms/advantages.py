@@ -1,10 +1,11 @@
 """Advantage estimators for critic-free RL, one registered pure function each.
 
-Shapes: ``scores`` ``(B,)`` is one scalar reward per response; ``token_rewards`` ``(B, L)`` is the same
-reward spread over tokens (the outcome reward on the last response token, plus any per-token KL penalty);
-``response_mask`` ``(B, L)`` is 1 on response tokens and 0 on padding; ``group_ids`` ``(B,)`` gives the
-prompt each response answers (groups need not be contiguous). Every estimator returns token-level
-advantages ``(B, L)`` that are 0 on padding.
+Shapes: ``scores`` ``(B,)`` is the return of each response: the masked sum of its token rewards
+(:func:`sequence_returns`), which is the outcome reward minus any per-token KL penalty; ``token_rewards``
+``(B, L)`` is the same reward spread over tokens (the outcome reward on the last response token, plus any
+per-token KL penalty); ``response_mask`` ``(B, L)`` is 1 on response tokens and 0 on padding;
+``group_ids`` ``(B,)`` gives the prompt each response answers (groups need not be contiguous). Every
+estimator returns token-level advantages ``(B, L)`` that are 0 on padding.
 
 Pick one by configuration: ``algorithm.advantage_estimator: grpo`` and call :func:`compute_advantages`.
 """
@@ -75,6 +76,21 @@ def outcome_token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> 
     last = (response_mask.bool().long() * positions).argmax(dim=-1, keepdim=True)
     placed = torch.zeros_like(mask).scatter_(-1, last, scores.unsqueeze(-1))
     return placed * mask
+
+
+def sequence_returns(token_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The return of each response: the masked sum of its token rewards, as EasyR1 and verl compute it.
+
+    With ``kl.mode: reward`` the token rewards carry ``-coef * kl_t`` on every token, so the return is the
+    outcome minus the response's summed KL penalty.
+
+    Args:
+        token_rewards: ``(B, L)``; response_mask: ``(B, L)``.
+
+    Returns:
+        ``(B,)``.
+    """
+    return masked_sum(token_rewards, response_mask, dim=-1)
 
 
 @register_advantage(AdvantageEstimator.GRPO)
@@ -234,16 +250,22 @@ def gdpo_advantages(
     response_mask: torch.Tensor,
     group_ids: GroupIds,
     eps: float = 1e-6,
+    reward_penalties: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GDPO: normalise each reward component within its group separately, sum with weights, whiten.
 
-    ``A_i^c = (r_i^c - mean_g^c) / (std_g^c + eps)``, ``S_i = sum_c w_c A_i^c``,
+    ``A_i^c = (r_i^c - mean_g^c) / (std_g^c + eps)``, ``S_i = sum_c w_c A_i^c - (p_i - mean_g p)``,
     ``A_i = (S_i - mean_B S) / std_B S`` over the batch (unbiased stds).
+
+    ``p_i`` is the response's summed token-level penalty (``coef * sum_t kl_t`` with ``kl.mode: reward``).
+    It is centred within the group like the components but not divided by its std: that would cancel
+    ``coef`` and leave the KL as strong as a whole reward component whatever its size.
 
     Args:
         reward_components: name -> ``(B,)`` (e.g. ``accuracy``, ``format`` from the reward service).
         component_weights: name -> weight; every named component must be in ``reward_components``.
         response_mask: ``(B, L)``; group_ids: ``(B,)``, every group of size >= 2.
+        reward_penalties: ``(B,)`` penalties ``p`` in reward units (outcome minus return), None for none.
 
     Returns:
         ``(B, L)``.
@@ -262,6 +284,9 @@ def gdpo_advantages(
         combined = term if combined is None else combined + term
     if combined is None:
         raise ValueError("gdpo: algorithm.gdpo_components is empty; name at least one reward component")
+    if reward_penalties is not None:
+        mean, _ = group_mean_std(reward_penalties, group_ids, who="gdpo reward penalty")
+        combined = combined - (reward_penalties - mean)
     whitened = masked_whiten(combined, torch.ones_like(combined))
     return _per_token(whitened, response_mask)
 
@@ -277,21 +302,45 @@ def compute_advantages(
 ) -> torch.Tensor:
     """Run the estimator named in the config.
 
-    Give ``scores`` ``(B,)`` or ``token_rewards`` ``(B, L)`` (or both); the missing one is derived
-    (the masked sum of ``token_rewards``, or the score on the last token). Further ``inputs``
-    (``group_ids``, ``baseline_scores``, ``reward_components``, and the settings from
+    Give ``scores`` ``(B,)``, the outcome reward of each response, and/or ``token_rewards`` ``(B, L)``.
+    When ``token_rewards`` are given they decide the return every estimator sees: the sequence-level ones
+    (GRPO, pass@k, RLOO, ReMax) get :func:`sequence_returns`, REINFORCE++ the token rewards themselves. So
+    with ``kl.mode: reward``, pass the token rewards penalised by
+    :func:`~services.trainer.algorithms.kl.apply_kl_reward_penalty` together with the unpenalised
+    ``scores``: the difference is each response's penalty, which GDPO (whose components are separate
+    rewards) subtracts after normalising the components. Without ``token_rewards`` the scores are the
+    returns and sit on the last response token.
+
+    Further ``inputs`` (``group_ids``, ``baseline_scores``, ``reward_components``, and the settings from
     :meth:`AlgorithmConfig.advantage_params`) go to the estimator that names them; ``None`` counts as
-    absent. No gradient flows through advantages.
+    absent, and a name that no estimator takes raises. No gradient flows through advantages.
 
     Returns:
         advantages ``(B, L)``, 0 on padding.
+
+    Raises:
+        ValueError: neither ``scores`` nor ``token_rewards``; GDPO given ``token_rewards`` without
+            ``scores`` (it could not tell the penalty from the outcome); an estimator's input is missing.
     """
     if scores is None and token_rewards is None:
         raise ValueError("compute_advantages needs scores (B,) or token_rewards (B, L)")
-    if scores is None:
-        scores = masked_sum(token_rewards, response_mask, dim=-1)
     if token_rewards is None:
         token_rewards = outcome_token_rewards(scores, response_mask)
+        returns = scores
+    else:
+        returns = sequence_returns(token_rewards, response_mask)
+    penalties = None if scores is None else scores - returns
+    if penalties is None and ADVANTAGE_ESTIMATORS.takes(estimator, "reward_penalties"):
+        raise ValueError(
+            f"advantage estimator {AdvantageEstimator(estimator).value} keeps token-level penalties (KL in "
+            "reward) apart from its reward components, so it needs the outcome as well: give scores= (the "
+            "rewards before apply_kl_reward_penalty) together with token_rewards"
+        )
     return ADVANTAGE_ESTIMATORS.call(
-        estimator, scores=scores, token_rewards=token_rewards, response_mask=response_mask, **inputs
+        estimator,
+        scores=returns,
+        token_rewards=token_rewards,
+        response_mask=response_mask,
+        reward_penalties=penalties,
+        **inputs,
     )

@@ -90,8 +90,12 @@ def compute_kl_loss(
     estimator: KLEstimator | str,
     loss_agg: LossAgg | str,
     norm_length: float | None = None,
+    global_normaliser: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL as a loss term: ``coef * aggregate(kl_penalty)``, added to the policy loss.
+
+    ``global_normaliser`` as in :func:`~services.trainer.algorithms.aggregation.aggregate_loss`: the
+    mini-batch's total count, so that micro-batch values (and ``kl_loss``) sum to the mini-batch's.
 
     Padded positions of the inputs are zeroed first, so a NaN or inf there reaches neither the loss nor
     its gradient.
@@ -103,7 +107,11 @@ def compute_kl_loss(
     log_probs = zero_padding(log_probs, response_mask)
     ref_log_probs = zero_padding(ref_log_probs, response_mask)
     kl = aggregate_loss(
-        kl_penalty(log_probs, ref_log_probs, estimator), response_mask, loss_agg, norm_length=norm_length
+        kl_penalty(log_probs, ref_log_probs, estimator),
+        response_mask,
+        loss_agg,
+        norm_length=norm_length,
+        global_normaliser=global_normaliser,
     )
     return coef * kl, {"kl_loss": kl.item(), "kl_coef": coef}
 

@@ -273,9 +273,15 @@ def compute_policy_loss(
     response_mask: torch.Tensor,
     loss_agg: LossAgg | str,
     norm_length: float | None = None,
+    global_normaliser: float | torch.Tensor | None = None,
     **inputs: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Run the policy loss named in the config and aggregate it.
+
+    With gradient accumulation (micro-batches, data-parallel ranks) pass ``global_normaliser``, the
+    mini-batch's total count from :func:`~services.trainer.algorithms.aggregation.local_normaliser`
+    (see :func:`~services.trainer.algorithms.aggregation.aggregate_loss`): the returned values then sum
+    over micro-batches to the mini-batch's loss, and so does ``pg_loss``.
 
     Further ``inputs`` (``clip_ratio_low``/``high``/``dual``, ``offline_mask``, ``shaping_gamma``,
     ``behaviour_log_probs``; most from :meth:`AlgorithmConfig.policy_loss_params`) go to the loss that
@@ -302,7 +308,9 @@ def compute_policy_loss(
         response_mask=response_mask,
         **inputs,
     )
-    value = aggregate_loss(token_losses, response_mask, loss_agg, norm_length=norm_length)
+    value = aggregate_loss(
+        token_losses, response_mask, loss_agg, norm_length=norm_length, global_normaliser=global_normaliser
+    )
     metrics["pg_loss"] = value.item()
     metrics["ppo_kl"] = approx_kl(log_probs, old_log_probs, response_mask)
     return value, metrics

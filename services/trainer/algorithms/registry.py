@@ -3,11 +3,14 @@
 Both the advantage estimators and the policy losses grow through one of these: adding a variant means one
 Enum member and one decorated function, never an if-chain in the trainer. The trainer calls every variant
 the same way, with everything it has as keyword arguments; each function receives only the arguments its
-signature names, so a ReMax baseline never reaches GRPO and a missing input is reported by name.
+signature names, so a ReMax baseline never reaches GRPO and a missing input is reported by name. A name
+that no registered function takes is a caller's typo (``behavior_log_probs``) and raises, instead of
+vanishing and leaving the variant on its default.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from enum import Enum
@@ -59,14 +62,17 @@ class Registry(Generic[E]):
     def call(self, key: E | str, **inputs: Any) -> Any:
         """Call the function for ``key`` with the subset of ``inputs`` its signature accepts.
 
-        ``None`` values count as absent, so the trainer can pass optional inputs unconditionally.
+        ``None`` values count as absent, so the trainer can pass optional inputs unconditionally. An input
+        that only other variants take is dropped; one that no registered variant takes raises.
 
         Raises:
-            ValueError: a parameter without a default is absent from ``inputs``; the message names the
-                variant and the parameter.
+            ValueError: an input name that no registered function accepts (the message names it and lists
+                the accepted names), or a parameter without a default is absent from ``inputs`` (the
+                message names the variant and the parameter).
         """
         fn = self.get(key)
         member = self.keys(key)
+        self._reject_unknown_inputs(inputs)
         params = inspect.signature(fn).parameters
         chosen: dict[str, Any] = {}
         for name, param in params.items():
@@ -80,6 +86,28 @@ class Registry(Generic[E]):
                     f"{self.kind} {member.value!r} needs the input {name!r}, which was not given"
                 )
         return fn(**chosen)
+
+    def takes(self, key: E | str, name: str) -> bool:
+        """Whether the function for ``key`` has a parameter called ``name``."""
+        return name in inspect.signature(self.get(key)).parameters
+
+    def accepted_inputs(self) -> set[str]:
+        """Every parameter name that at least one registered function takes."""
+        return {name for fn in self._fns.values() for name in inspect.signature(fn).parameters}
+
+    def _reject_unknown_inputs(self, inputs: dict[str, Any]) -> None:
+        accepted = self.accepted_inputs()
+        unknown = sorted(set(inputs) - accepted)
+        if not unknown:
+            return
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"input(s) {', '.join(hints)} given, but no {self.kind} takes them; "
+            f"accepted: {', '.join(sorted(accepted))}"
+        )
 
     def unregistered(self) -> list[E]:
         """Enum members that have no function (a test keeps this empty)."""

@@ -17,7 +17,9 @@ from services.trainer.algorithms.advantages import (
     reinforce_plus_plus_advantages,
     remax_advantages,
     rloo_advantages,
+    sequence_returns,
 )
+from services.trainer.algorithms.kl import apply_kl_reward_penalty
 
 F64 = torch.float64
 S2 = math.sqrt(2.0)
@@ -274,3 +276,141 @@ def test_compute_advantages_rejects_unknown_names_listing_known_ones():
 
 def test_every_estimator_is_registered():
     assert ADVANTAGE_ESTIMATORS.unregistered() == []
+
+
+# --- KL as a reward penalty reaches every estimator --------------------------------------------------------
+
+# One group of 3 responses, outcome scores [1, 1, 0]; the third has one token. k1 KL per token
+# d = logp - ref = [[0.6, 0.4], [0, 0], [0 | pad]], coef 0.5, so apply_kl_reward_penalty gives
+# token rewards [[0 - 0.3, 1 - 0.2], [0, 1], [0 | 0]] = [[-0.3, 0.8], [0, 1], [0, 0]] and the returns
+# (masked sums) R = [0.5, 1, 0]: the first response pays 0.5 for its summed KL of 1.
+KL_SCORES = [1.0, 1.0, 0.0]
+KL_MASK = [[1, 1], [1, 1], [1, 0]]
+KL_D = [[0.6, 0.4], [0.0, 0.0], [0.0, 7.0]]
+
+
+def _penalised_token_rewards() -> torch.Tensor:
+    mask = f64(KL_MASK)
+    token_rewards = outcome_token_rewards(f64(KL_SCORES), mask)
+    penalised, _ = apply_kl_reward_penalty(
+        token_rewards, f64(KL_D), torch.zeros(3, 2, dtype=F64), mask, coef=0.5, estimator="k1"
+    )
+    return penalised
+
+
+def test_penalised_token_rewards_and_their_returns():
+    penalised = _penalised_token_rewards()
+    torch.testing.assert_close(penalised, f64([[-0.3, 0.8], [0.0, 1.0], [0.0, 0.0]]))
+    torch.testing.assert_close(sequence_returns(penalised, f64(KL_MASK)), f64([0.5, 1.0, 0.0]))
+
+
+STD_RPP_BEFORE = math.sqrt(0.2)
+STD_RPP_AFTER = math.sqrt(0.178)
+STD_GDPO_AFTER = math.sqrt((2 + 1 / math.sqrt(3) + 1 / 6) / 2)
+
+KL_CASES = [
+    # GRPO. before: [1, 1, 0], mean 2/3, deviations [1/3, 1/3, -2/3], unbiased var (1/9+1/9+4/9)/2 = 1/3,
+    #   std 0.577350 -> [0.577350, 0.577350, -1.154701]
+    # after: R = [0.5, 1, 0], mean 0.5, deviations [0, 0.5, -0.5], var 0.5/2 = 0.25, std 0.5 -> [0, 1, -1]
+    ("grpo", [1 / math.sqrt(3), 1 / math.sqrt(3), -2 / math.sqrt(3)], [0.0, 1.0, -1.0]),
+    # RLOO. before: [1 - (1+0)/2, 1 - (1+0)/2, 0 - (1+1)/2] = [0.5, 0.5, -1]
+    # after: [0.5 - (1+0)/2, 1 - (0.5+0)/2, 0 - (0.5+1)/2] = [0, 0.75, -0.75]
+    ("rloo", [0.5, 0.5, -1.0], [0.0, 0.75, -0.75]),
+    # ReMax, greedy baseline 0.5 for every response (the greedy response's own score, unpenalised).
+    # before: [0.5, 0.5, -0.5]; after: [0.5 - 0.5, 1 - 0.5, 0 - 0.5] = [0, 0.5, -0.5]
+    ("remax", [0.5, 0.5, -0.5], [0.0, 0.5, -0.5]),
+    # pass@2 of 3. before: [1, 1, 0]: every pair holds a 1, mean 1, std 0 -> 0 / (0 + eps) = 0
+    # after: sorted R a=0 < b=0.5 < c=1; pair maxima {a,b} 0.5, {a,c} 1, {b,c} 1: mean 2.5/3 = 5/6,
+    #   E[max^2] = 2.25/3 = 0.75, var 0.75 - 25/36 = 1/18, std 0.235702; with a or b: (0.5+1)/2 = 0.75 ->
+    #   (0.75 - 5/6)/0.235702 = -0.353553; with c: 1 -> (1/6)/0.235702 = 0.707107
+    ("grpo_passk", [0.0, 0.0, 0.0], [-0.353553, 0.707107, -0.353553]),
+    # GDPO, accuracy [1, 1, 0] -> Â [1, 1, -2]/sqrt3, format [0, 1, 1] -> Â [-2, 1, 1]/sqrt3 (same group std).
+    # before: S = [-1, 2, -1]/sqrt3; mean 0, unbiased var (1+4+1)/3/2 = 1 -> A = S = [-0.577350, 1.154701, ...]
+    # after: the penalty p = scores - R = [0.5, 0, 0], centred in the group (mean 1/6): [1/3, -1/6, -1/6],
+    #   subtracted: S = [-0.577350 - 0.333333, 1.154701 + 0.166667, -0.577350 + 0.166667]
+    #   = [-0.910684, 1.321367, -0.410684]; mean 0, var (0.829345 + 1.746011 + 0.168661)/2 = 1.372008
+    #   (exactly (2 + 1/sqrt3 + 1/6)/2), std 1.171328 -> A = [-0.777480, 1.128094, -0.350614]
+    (
+        "gdpo",
+        [-1 / math.sqrt(3), 2 / math.sqrt(3), -1 / math.sqrt(3)],
+        [
+            (-1 / math.sqrt(3) - 1 / 3) / STD_GDPO_AFTER,
+            (2 / math.sqrt(3) + 1 / 6) / STD_GDPO_AFTER,
+            (-1 / math.sqrt(3) + 1 / 6) / STD_GDPO_AFTER,
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("estimator", "before", "after"), KL_CASES)
+def test_kl_reward_penalty_changes_every_sequence_estimator_by_the_hand_computed_amount(
+    estimator, before, after
+):
+    mask = f64(KL_MASK)
+    inputs = {
+        "response_mask": mask,
+        "group_ids": ["q", "q", "q"],
+        "baseline_scores": f64([0.5, 0.5, 0.5]),
+        "reward_components": {"accuracy": f64([1.0, 1.0, 0.0]), "format": f64([0.0, 1.0, 1.0])},
+        "component_weights": {"accuracy": 1.0, "format": 1.0},
+        "k": 2,
+    }
+    without_kl = compute_advantages(estimator, scores=f64(KL_SCORES), **inputs)
+    # the trainer's call with kl.mode=reward: the outcome scores and the penalised token rewards
+    with_kl = compute_advantages(
+        estimator, scores=f64(KL_SCORES), token_rewards=_penalised_token_rewards(), **inputs
+    )
+    # every response token carries its response's advantage; padding stays 0
+    torch.testing.assert_close(without_kl, f64(before).unsqueeze(-1) * mask, atol=1e-5, rtol=0)
+    torch.testing.assert_close(with_kl, f64(after).unsqueeze(-1) * mask, atol=1e-5, rtol=0)
+
+
+def test_kl_reward_penalty_changes_reinforce_plus_plus_per_token():
+    # gamma 1. before: token rewards [[0, 1], [0, 1], [0 | pad]] -> G [[1, 1], [1, 1], [0]]; unmasked mean
+    #   0.8, deviations 0.2 x4 and -0.8, unbiased var (4 * 0.04 + 0.64)/4 = 0.2
+    # after: [[-0.3, 0.8], [0, 1], [0]] -> G [[0.5, 0.8], [1, 1], [0]]; mean 3.3/5 = 0.66, deviations
+    #   [-0.16, 0.14, 0.34, 0.34, -0.66], squares 0.0256 + 0.0196 + 0.1156 + 0.1156 + 0.4356 = 0.712, var 0.178
+    mask = f64(KL_MASK)
+    without_kl = compute_advantages(
+        "reinforce_plus_plus", scores=f64(KL_SCORES), response_mask=mask, gamma=1.0
+    )
+    with_kl = compute_advantages(
+        "reinforce_plus_plus",
+        scores=f64(KL_SCORES),
+        token_rewards=_penalised_token_rewards(),
+        response_mask=mask,
+        gamma=1.0,
+    )
+    s, t = STD_RPP_BEFORE, STD_RPP_AFTER
+    torch.testing.assert_close(without_kl, f64([[0.2 / s, 0.2 / s], [0.2 / s, 0.2 / s], [-0.8 / s, 0]]))
+    torch.testing.assert_close(
+        with_kl, f64([[-0.16 / t, 0.14 / t], [0.34 / t, 0.34 / t], [-0.66 / t, 0]]), atol=1e-6, rtol=0
+    )
+
+
+def test_gdpo_without_the_outcome_cannot_separate_the_penalty_and_says_so():
+    with pytest.raises(ValueError, match=r"gdpo .* give scores= .* together with token_rewards"):
+        compute_advantages(
+            "gdpo",
+            token_rewards=_penalised_token_rewards(),
+            response_mask=f64(KL_MASK),
+            group_ids=[0, 0, 0],
+            reward_components={"accuracy": f64([1.0, 1.0, 0.0])},
+            component_weights={"accuracy": 1.0},
+        )
+
+
+def test_gdpo_with_unpenalised_token_rewards_is_unchanged():
+    # token rewards that only carry the outcome: the penalty is 0 and GDPO matches the scores-only call
+    mask = f64(KL_MASK)
+    inputs = {
+        "response_mask": mask,
+        "group_ids": [0, 0, 0],
+        "reward_components": {"accuracy": f64([1.0, 1.0, 0.0]), "format": f64([0.0, 1.0, 1.0])},
+        "component_weights": {"accuracy": 1.0, "format": 1.0},
+    }
+    plain = compute_advantages("gdpo", scores=f64(KL_SCORES), **inputs)
+    both = compute_advantages(
+        "gdpo", scores=f64(KL_SCORES), token_rewards=outcome_token_rewards(f64(KL_SCORES), mask), **inputs
+    )
+    torch.testing.assert_close(both, plain)

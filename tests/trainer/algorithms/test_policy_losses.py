@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from services.trainer.algorithms.aggregation import LossAgg, aggregate_loss
+from services.trainer.algorithms.aggregation import aggregate_loss
 from services.trainer.algorithms.policy_losses import (
     POLICY_LOSSES,
     PolicyLoss,
@@ -340,37 +340,6 @@ def test_gradient_on_a_toy_policy_raises_the_rewarded_token(loss, expected):
     torch.testing.assert_close(grad, f64(expected), atol=1e-6, rtol=0)
     # one SGD step makes the rewarded token likelier
     assert torch.softmax(logits.detach() - 0.5 * grad, dim=-1)[0] > 1 / 3
-
-
-# --- aggregation ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("mode", "norm_length", "expected"),
-    [
-        # rows [1, 2, 3] and [4 | pad 100, 100]
-        (LossAgg.TOKEN_MEAN, None, 2.5),  # (1 + 2 + 3 + 4) / 4
-        (LossAgg.SEQ_MEAN_TOKEN_MEAN, None, 3.0),  # ((1 + 2 + 3) / 3 + 4 / 1) / 2 = (2 + 4) / 2
-        (LossAgg.SEQ_MEAN_TOKEN_SUM, None, 5.0),  # (6 + 4) / 2
-        (LossAgg.SEQ_MEAN_TOKEN_SUM, 4, 1.25),  # (6 / 4 + 4 / 4) / 2
-    ],
-)
-def test_aggregation_modes(mode, norm_length, expected):
-    losses = f64([[1, 2, 3], [4, 100, 100]])
-    mask = f64([[1, 1, 1], [1, 0, 0]])
-    assert aggregate_loss(losses, mask, mode, norm_length=norm_length).item() == pytest.approx(expected)
-
-
-def test_aggregation_skips_responses_without_tokens():
-    # the empty second row is not a response: seq-mean over the first only -> (1 + 3) / 2 = 2
-    losses, mask = f64([[1, 3], [9, 9]]), f64([[1, 1], [0, 0]])
-    assert aggregate_loss(losses, mask, "seq-mean-token-mean").item() == 2.0
-    assert aggregate_loss(losses, mask, "seq-mean-token-sum").item() == 4.0
-
-
-def test_norm_length_only_with_token_sum():
-    with pytest.raises(ValueError, match="seq-mean-token-sum only"):
-        aggregate_loss(f64([[1.0]]), f64([[1.0]]), "token-mean", norm_length=8)
 
 
 # --- entry point and registry -----------------------------------------------------------------------------
