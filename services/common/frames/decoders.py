@@ -11,6 +11,8 @@ indices, timestamps and pixels whichever backend decoded:
   frame i when read from the start but presented frame i - hidden after a seek, and its last indices
   repeat the final frame (measured). No index shift makes that right, so decord refuses such files and
   the next backend (PyAV) decodes them.
+- **Frame count, rate and timestamps**: from the container's own presentation timestamps, by one
+  rule that every backend feeds (:mod:`services.common.frames.timing`), never from a header rate.
 - **Orientation**: as displayed. A display-matrix rotation by a multiple of 90° is applied; decord
   does it itself, PyAV returns stored pixels and we rotate them. Other angles and mirrored matrices
   are left as stored by both (decord ignores them; an axis-aligned frame cannot show an angle).
@@ -29,6 +31,14 @@ from typing import Protocol
 
 import numpy as np
 
+from services.common.frames.timing import (
+    SourceTiming,
+    Timeline,
+    TimelineError,
+    read_timeline,
+    source_timing,
+)
+
 
 class DecodeError(RuntimeError):
     """The file could not be decoded (corrupt, truncated, not a video, unsupported codec)."""
@@ -40,15 +50,10 @@ class DecodeTimeout(DecodeError):
 
 @dataclass(frozen=True)
 class StreamInfo:
-    total_frames: int
-    fps: float
+    timing: SourceTiming
     height: int
     width: int
     codec: str
-
-    @property
-    def duration(self) -> float:
-        return self.total_frames / self.fps
 
 
 class OpenVideo(Protocol):
@@ -71,12 +76,21 @@ def register_decoder(name: str) -> Callable[[Opener], Opener]:
     return wrap
 
 
-def _check_info(path: Path, info: StreamInfo) -> StreamInfo:
-    if info.total_frames <= 0:
-        raise DecodeError(f"{path}: the video stream has no frames")
-    if not info.fps or not np.isfinite(info.fps) or info.fps <= 0:
-        raise DecodeError(f"{path}: the video stream reports no frame rate ({info.fps!r})")
-    return info
+def _timing(path: Path, timeline: Timeline) -> SourceTiming:
+    try:
+        return source_timing(timeline)
+    except TimelineError as exc:
+        raise DecodeError(f"{path}: {exc}") from exc
+
+
+def _read_timeline(path: Path) -> Timeline:
+    """The file's timeline (reads its packets, decodes none)."""
+    import av
+
+    try:
+        return read_timeline(path)
+    except (av.FFmpegError, OSError, TimelineError) as exc:
+        raise DecodeError(f"{path}: cannot read its frame timestamps: {_first_line(exc)}") from exc
 
 
 class _DecordVideo:
@@ -87,17 +101,23 @@ class _DecordVideo:
             self._reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=threads)
         except (decord.DECORDError, RuntimeError) as exc:
             raise DecodeError(f"{path}: decord cannot open it: {_first_line(exc)}") from exc
-        hidden = _hidden_by_edit_list(path)
-        if hidden:
+        # decord reports times only as float32 seconds: the timeline is read from the container.
+        timeline = _read_timeline(path)
+        if timeline.hidden:
             raise DecodeError(
-                f"{path}: its edit list hides {hidden} of {len(self._reader)} coded frames and decord "
-                "ignores edit lists (wrong count, frames shifted after a seek); another backend must decode it"
+                f"{path}: its edit list hides {timeline.hidden} of {len(self._reader)} coded frames and "
+                "decord ignores edit lists (wrong count, frames shifted after a seek); another backend "
+                "must decode it"
+            )
+        timing = _timing(path, timeline)
+        if len(self._reader) != timing.total_frames:
+            raise DecodeError(
+                f"{path}: decord counts {len(self._reader)} frames where the container presents "
+                f"{timing.total_frames}; another backend must decode it"
             )
         # decord applies the display rotation itself: frame 0's shape is the displayed H×W.
         first = self._reader[0].shape
-        self.info = _check_info(
-            path, StreamInfo(len(self._reader), float(self._reader.get_avg_fps()), first[0], first[1], "?")
-        )
+        self.info = StreamInfo(timing, first[0], first[1], "?")
         self._path = path
 
     def read(self, indices: list[int]) -> np.ndarray:
@@ -136,7 +156,9 @@ class _PyAVVideo:
         if stream.codec_context is None or stream.codec_context.codec is None:
             raise DecodeError(f"{self._path}: no decoder for codec {stream.codec_context}")
         self._stream = stream
-        self._promised = self._presented_frames(stream)
+        # Read on a container of its own, so this one decodes from the start without a seek.
+        timing = _timing(self._path, _read_timeline(self._path))
+        self._promised = timing.total_frames
         # The display rotation is known only from a decoded frame. Frame 0 is always sampled, so it is
         # kept for read() rather than decoded twice.
         self._frames = self._decode()
@@ -145,22 +167,7 @@ class _PyAVVideo:
         height, width = self._first.height, self._first.width
         if self._quarter_turns % 2:
             height, width = width, height
-        rate = stream.average_rate or stream.guessed_rate
-        info = StreamInfo(int(self._promised), float(rate or 0), height, width, stream.codec_context.name)
-        return _check_info(self._path, info)
-
-    def _presented_frames(self, stream) -> int:
-        """Frames the stream presents: its coded frames less those the edit list hides."""
-        hidden = _discarded(stream)
-        if hidden:
-            # The header's frame count (mp4 sample count) still includes the hidden frames.
-            return len(stream.index_entries) - hidden
-        return stream.frames or self._count_packets(stream)
-
-    def _count_packets(self, stream) -> int:
-        count = sum(1 for p in self._container.demux(stream) if p.size and not p.is_discard)
-        self._container.seek(0)
-        return count
+        return StreamInfo(timing, height, width, stream.codec_context.name)
 
     def _decode(self):
         import av
@@ -177,7 +184,7 @@ class _PyAVVideo:
         frame = next(self._frames, None)
         if frame is None:
             raise DecodeError(
-                f"{self._path}: stream ends after {i} frames but its header promised "
+                f"{self._path}: stream ends after {i} frames but its container lists "
                 f"{self._promised} (truncated file?)"
             )
         return frame
@@ -215,27 +222,6 @@ def _quarter_turns(rotation: int) -> int:
     Only multiples of 90° apply, as in decord; other angles are left as stored.
     """
     return rotation // 90 % 4 if rotation % 90 == 0 else 0
-
-
-def _discarded(stream) -> int:
-    """Index entries of ``stream`` that its edit list marks as not presented."""
-    return sum(1 for e in stream.index_entries if e.is_discard)
-
-
-def _hidden_by_edit_list(path: Path) -> int:
-    """Coded frames of the first video stream that the file's edit list hides (0 without one).
-
-    Reads only the container header and index (about 1 ms for an mp4; no packet is read).
-    """
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                return 0
-            return _discarded(container.streams.video[0])
-    except (av.FFmpegError, OSError) as exc:
-        raise DecodeError(f"{path}: cannot read its index for the edit-list check: {exc}") from exc
 
 
 register_decoder("decord")(_DecordVideo)

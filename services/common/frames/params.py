@@ -12,7 +12,8 @@ from services.common.families import FamilyName, get_family
 
 # Bump when sampling or resizing changes in a way that changes stored frames: every key changes.
 # /2: frames are oriented as displayed and edit lists are honoured by every decoder.
-SAMPLING_VERSION = "qwen-vl-utils-0.0.14/2"
+# /3: source frame count and rate come from the container's timestamps (frames.timing), not headers.
+SAMPLING_VERSION = "qwen-vl-utils-0.0.14/3"
 
 # qwen-vl-utils 0.0.14 defaults (vision_process.py), expressed per merged patch ("token").
 FRAME_FACTOR = 2

@@ -26,8 +26,9 @@ def _decode_with(name: str, path: Path, params: VideoParams, threads: int) -> tu
     video = DECODERS[name](path, threads)
     try:
         info = video.info
-        n = num_frames(params, info.total_frames, info.fps)
-        indices = frame_indices(info.total_frames, n)
+        timing = info.timing
+        n = num_frames(params, timing.total_frames, timing.fps)
+        indices = frame_indices(timing.total_frames, n)
         raw = video.read(indices)
     finally:
         video.close()
@@ -37,15 +38,15 @@ def _decode_with(name: str, path: Path, params: VideoParams, threads: int) -> tu
     t2 = time.perf_counter()
     meta = {
         "params": params.canonical(),
-        "fps": info.fps,
-        "total_num_frames": info.total_frames,
-        "duration": info.duration,
+        "fps": timing.fps,
+        "total_num_frames": timing.total_frames,
+        "duration": timing.duration,
         "source_height": info.height,
         "source_width": info.width,
         "codec": info.codec,
         "frames_indices": indices,
-        "timestamps": [i / info.fps for i in indices],
-        "sample_fps": n / info.total_frames * info.fps,
+        "timestamps": timing.timestamps(indices),
+        "sample_fps": n / timing.total_frames * timing.fps,
         "num_frames": n,
         "height": height,
         "width": width,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -51,6 +53,37 @@ def make_video(
             stream.options = {"crf": str(crf), "preset": "veryfast"}
         for i in range(n):
             frame = av.VideoFrame.from_ndarray(synthetic_frame(i, height, width, fps), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    os.replace(tmp, path)
+    return path
+
+
+def make_vfr_video(
+    path: str | Path,
+    times: Sequence[float],
+    width: int = 160,
+    height: int = 96,
+    *,
+    codec: str = "libx264",
+    time_base: Fraction = Fraction(1, 90000),
+) -> Path:
+    """Write a variable-frame-rate clip: frame ``i`` is shown at ``times[i]`` seconds (rounded to
+    ``time_base``). The stream's declared rate is 30 fps whatever the times are, as in files from
+    screen recorders and phones, so header rates and the frames' real rate disagree."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    with av.open(str(tmp), mode="w") as container:
+        stream = container.add_stream(codec, rate=30)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = stream.codec_context.time_base = time_base
+        for i, t in enumerate(times):
+            frame = av.VideoFrame.from_ndarray(synthetic_frame(i, height, width, 30), format="rgb24")
+            frame.pts, frame.time_base = round(t / time_base), time_base
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():

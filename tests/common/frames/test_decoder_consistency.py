@@ -88,7 +88,7 @@ def clips(tmp_path_factory) -> dict[str, Path]:
 def _read_all(decoder: str, path: Path) -> np.ndarray:
     video = DECODERS[decoder](path, 1)
     try:
-        return video.read(list(range(video.info.total_frames)))
+        return video.read(list(range(video.info.timing.total_frames)))
     finally:
         video.close()
 
