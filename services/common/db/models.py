@@ -5,7 +5,20 @@ from __future__ import annotations
 import enum
 from datetime import UTC, datetime
 
-from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -74,3 +87,116 @@ class FrameClip(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     asset: Mapped[VideoAsset] = relationship(back_populates="clips")
+
+
+class UTCDateTime(TypeDecorator):
+    """A timezone-aware UTC timestamp on every backend (SQLite hands back naive values otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: object) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class JobState(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.succeeded, JobState.failed, JobState.cancelled)
+
+
+class Job(Base):
+    """One submitted unit of work (preprocess, train, eval) and its lifecycle (SPEC §7)."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    state: Mapped[JobState] = mapped_column(
+        Enum(JobState, name="job_state", native_enum=False, length=16), default=JobState.queued, index=True
+    )
+    config: Mapped[dict] = mapped_column(JSON)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    owner: Mapped[str | None] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict | None] = mapped_column(JSON)
+    progress_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    progress_total: Mapped[int | None] = mapped_column(BigInteger)
+    progress_message: Mapped[str] = mapped_column(Text, default="")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Per-job event counter: bumped by the same UPDATE that locks the row, so event numbers are
+    # gap-free and in commit order (what SSE `Last-Event-ID` resumes from).
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class JobEvent(Base):
+    """Something a job reported: a state change, progress, a metrics step, an eval result."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (UniqueConstraint("job_id", "seq", name="uq_job_events_job_seq"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    type: Mapped[str] = mapped_column(String(32), index=True)
+    data: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token of the jobs API: only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class TrainRun(Base):
+    """One training run (``reelrl train``): where it writes, its resolved config, how far it got."""
+
+    __tablename__ = "train_runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    output_dir: Mapped[str] = mapped_column(Text)
+    config: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="running", index=True)
+    job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    last_step: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TrainStepMetrics(Base):
+    """The metrics of one training step (the same object as that step's line of ``metrics.jsonl``)."""
+
+    __tablename__ = "train_step_metrics"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_train_step_metrics_run_step"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("train_runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

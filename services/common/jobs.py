@@ -1,0 +1,620 @@
+"""The job model every worker shares: create, claim, heartbeat, report, finish, reap (SPEC §7).
+
+A job is a row in ``jobs`` and an append-only list of events in ``job_events``. States move
+queued → running → succeeded | failed | cancelled and nowhere else. Every change writes an event in the
+same transaction as the row, numbered per job by the UPDATE that locks the row, so event numbers are
+gap-free and in commit order: an SSE client resuming from ``Last-Event-ID`` misses nothing, across API
+restarts too.
+
+A Celery task of any kind runs its job like this::
+
+    @app.task(name="reelrl.train.run")
+    def run(job_id: str) -> None:
+        with run_job(job_id) as ctx:
+            for step in range(steps):
+                if ctx.cancel_requested():
+                    break  # keep the last checkpoint; the job ends "cancelled"
+                ctx.event("metrics", {"step": step, "reward/all/accuracy": acc})
+                ctx.progress(step + 1, steps)
+
+``run_job`` refuses (raising :class:`JobNotRunnable`, which Celery treats as "ignore and acknowledge")
+a redelivered message for a job that is finished or still running under a live heartbeat, so a job
+never runs twice at once. A worker that dies stops heartbeating; :func:`reap_stale_jobs` (run
+periodically by the API) then marks the job failed with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery.exceptions import Ignore
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from services.common.db import session_scope
+from services.common.db.models import Job, JobEvent, JobState, utcnow
+
+log = logging.getLogger(__name__)
+
+# Written by this module only; workers report with other types ("metrics", "result", ...).
+STATE_EVENT = "state"
+PROGRESS_EVENT = "progress"
+CANCEL_EVENT = "cancel_requested"
+RESERVED_EVENTS = frozenset({STATE_EVENT, PROGRESS_EVENT, CANCEL_EVENT})
+_EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,31}")
+_REASON_CHARS = 4000
+_TRACEBACK_CHARS = 16000
+
+
+class JobSettings(BaseSettings):
+    """Heartbeat timing, from ``REELRL_JOB_*`` environment variables (read when a job starts)."""
+
+    model_config = SettingsConfigDict(env_prefix="REELRL_JOB_", extra="ignore")
+
+    heartbeat_s: float = Field(5.0, gt=0, description="seconds between a running job's heartbeats")
+    heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which a job is failed")
+    # Progress reports closer together than this are merged (the latest wins).
+    progress_interval_s: float = Field(0.5, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> JobSettings:
+        if self.heartbeat_timeout_s < 3 * self.heartbeat_s:
+            raise ValueError(
+                f"REELRL_JOB_HEARTBEAT_TIMEOUT_S ({self.heartbeat_timeout_s:g}) must be at least 3 x "
+                f"REELRL_JOB_HEARTBEAT_S ({self.heartbeat_s:g}); otherwise one late beat fails a live job"
+            )
+        return self
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r}")
+        self.job_id = job_id
+
+
+class JobConflict(ValueError):
+    """The request contradicts the job's state or an earlier request (HTTP 409)."""
+
+
+class JobNotRunnable(Ignore):
+    """``run_job`` found the job finished or running elsewhere. Celery acknowledges and drops the message."""
+
+    def __init__(self, job_id: str, state: JobState, reason: str) -> None:
+        super().__init__(f"job {job_id} is not runnable ({state.value}): {reason}")
+        self.job_id, self.state, self.reason = job_id, state, reason
+
+
+class JobCancelled(Exception):
+    """Raised by :meth:`JobContext.raise_if_cancelled`; ``run_job`` ends the job "cancelled"."""
+
+
+class Progress(BaseModel):
+    done: int = 0
+    total: int | None = None
+    message: str = ""
+
+
+class JobInfo(BaseModel):
+    """A job as clients see it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    kind: str
+    state: JobState
+    config: dict[str, Any]
+    owner: str | None
+    idempotency_key: str | None
+    reason: str | None = Field(description="why the job failed or was cancelled")
+    result: dict[str, Any] | None
+    progress: Progress
+    cancel_requested: bool
+    worker: str | None
+    attempts: int
+    last_event: int = Field(description="number of the job's latest event")
+    created_at: datetime
+    updated_at: datetime
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+
+
+class EventInfo(BaseModel):
+    job_id: str
+    seq: int = Field(description="per-job event number, 1, 2, 3, …; the SSE event id")
+    type: str
+    data: dict[str, Any]
+    created_at: datetime
+
+
+def _info(job: Job) -> JobInfo:
+    return JobInfo(
+        id=job.id, kind=job.kind, state=job.state, config=job.config, owner=job.owner,
+        idempotency_key=job.idempotency_key, reason=job.reason, result=job.result,
+        progress=Progress(done=job.progress_done, total=job.progress_total, message=job.progress_message),
+        cancel_requested=job.cancel_requested, worker=job.worker, attempts=job.attempts,
+        last_event=job.last_seq, created_at=job.created_at, updated_at=job.updated_at,
+        enqueued_at=job.enqueued_at, started_at=job.started_at, heartbeat_at=job.heartbeat_at,
+        finished_at=job.finished_at,
+    )  # fmt: skip
+
+
+def jsonable(value: Any, path: str = "data") -> Any:
+    """``value`` as plain JSON types. Non-finite floats become ``null`` (a gap in a chart); NumPy and
+    torch scalars become numbers; anything else that JSON cannot hold raises, naming where it is."""
+    if value is None or isinstance(value, bool | str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: key {key!r} is not a string")
+            out[key] = jsonable(item, f"{path}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return jsonable(value.item(), path)
+    raise TypeError(f"{path}: {type(value).__name__} is not JSON-serialisable")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _append(
+    session: Session,
+    job_id: str,
+    conditions: tuple[ColumnElement[bool], ...],
+    event_type: str,
+    data: dict[str, Any],
+    **values: Any,
+) -> int | None:
+    """Update the job (if ``conditions`` hold) and append one event; the new event number, or None."""
+    now = utcnow()
+    seq = session.execute(
+        update(Job)
+        .where(Job.id == job_id, *conditions)
+        .values(last_seq=Job.last_seq + 1, updated_at=now, **values)
+        .returning(Job.last_seq)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if seq is not None:
+        session.add(JobEvent(job_id=job_id, seq=seq, type=event_type, data=data, created_at=now))
+    return seq
+
+
+# --- API side: create, read, cancel ------------------------------------------------------------
+
+
+def create_or_get_job(
+    kind: str, config: dict[str, Any], idempotency_key: str | None = None, owner: str | None = None
+) -> tuple[JobInfo, bool]:
+    """A new queued job, or the job created earlier with the same idempotency key (``created`` False).
+
+    Reusing a key for a different kind or config raises :class:`JobConflict`.
+    """
+    config = jsonable(config, "config")
+    if idempotency_key is not None:
+        existing = _by_key(idempotency_key, kind, config)
+        if existing is not None:
+            return existing, False
+    job_id = uuid.uuid4().hex
+    now = utcnow()
+    try:
+        with session_scope() as session:
+            session.add(
+                Job(
+                    id=job_id, kind=kind, state=JobState.queued, config=config,
+                    idempotency_key=idempotency_key, owner=owner, progress_done=0, progress_message="",
+                    cancel_requested=False, attempts=0, last_seq=1, created_at=now, updated_at=now,
+                )
+            )  # fmt: skip
+            session.flush()
+            session.add(
+                JobEvent(job_id=job_id, seq=1, type=STATE_EVENT, data={"state": "queued"}, created_at=now)
+            )
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        # The same key was submitted concurrently: the other insert won.
+        existing = _by_key(idempotency_key, kind, config)
+        if existing is None:
+            raise
+        return existing, False
+    return get_job(job_id), True
+
+
+def create_job(
+    kind: str, config: dict[str, Any], idempotency_key: str | None = None, owner: str | None = None
+) -> str:
+    """The id of a new queued job (or of the earlier job with this idempotency key)."""
+    return create_or_get_job(kind, config, idempotency_key, owner)[0].id
+
+
+def _by_key(key: str, kind: str, config: dict[str, Any]) -> JobInfo | None:
+    with session_scope() as session:
+        job = session.scalar(select(Job).where(Job.idempotency_key == key))
+        if job is None:
+            return None
+        if job.kind != kind or _canonical(job.config) != _canonical(config):
+            raise JobConflict(
+                f"idempotency key {key!r} already names job {job.id} ({job.kind}) with a different "
+                "kind or config; use a new key for a new job"
+            )
+        return _info(job)
+
+
+def get_job(job_id: str) -> JobInfo:
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return _info(job)
+
+
+def list_jobs(
+    kind: str | None = None, state: JobState | None = None, limit: int = 50, offset: int = 0
+) -> tuple[list[JobInfo], int]:
+    """Newest first, and the total count under the same filters."""
+    filters = []
+    if kind is not None:
+        filters.append(Job.kind == kind)
+    if state is not None:
+        filters.append(Job.state == state)
+    with session_scope() as session:
+        total = session.scalar(select(func.count()).select_from(Job).where(*filters)) or 0
+        rows = session.scalars(
+            select(Job).where(*filters).order_by(Job.created_at.desc(), Job.id).limit(limit).offset(offset)
+        ).all()
+        return [_info(job) for job in rows], total
+
+
+def changed_jobs(since: datetime) -> list[JobInfo]:
+    """Jobs whose row changed at or after ``since`` (oldest change first)."""
+    with session_scope() as session:
+        rows = session.scalars(select(Job).where(Job.updated_at >= since).order_by(Job.updated_at)).all()
+        return [_info(job) for job in rows]
+
+
+def job_events(
+    job_id: str, after: int = 0, types: list[str] | None = None, limit: int | None = None
+) -> list[EventInfo]:
+    """Events of a job numbered above ``after``, in order."""
+    query = select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.seq > after)
+    if types:
+        query = query.where(JobEvent.type.in_(types))
+    query = query.order_by(JobEvent.seq)
+    if limit is not None:
+        query = query.limit(limit)
+    with session_scope() as session:
+        return [
+            EventInfo(job_id=e.job_id, seq=e.seq, type=e.type, data=e.data, created_at=e.created_at)
+            for e in session.scalars(query)
+        ]
+
+
+def request_cancel(job_id: str) -> JobInfo:
+    """Cancel a queued job at once; ask a running one to stop (its worker sees it within a heartbeat).
+
+    A finished job raises :class:`JobConflict`.
+    """
+    with session_scope() as session:
+        done = _append(
+            session, job_id, (Job.state == JobState.queued,), STATE_EVENT,
+            {"state": "cancelled", "reason": "cancelled before it started"},
+            state=JobState.cancelled, reason="cancelled before it started", finished_at=utcnow(),
+        )  # fmt: skip
+        if done is None:
+            _append(
+                session, job_id, (Job.state == JobState.running, Job.cancel_requested.is_(False)),
+                CANCEL_EVENT, {}, cancel_requested=True,
+            )  # fmt: skip
+    job = get_job(job_id)
+    if job.state.terminal and job.state != JobState.cancelled:
+        raise JobConflict(f"job {job_id} already {job.state.value}; only queued or running jobs cancel")
+    if job.state == JobState.cancelled and done is None:
+        raise JobConflict(f"job {job_id} is already cancelled")
+    return job
+
+
+def mark_enqueued(job_id: str) -> None:
+    with session_scope() as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.enqueued_at.is_(None))
+            .values(enqueued_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
+
+def fail_job(job_id: str, reason: str) -> bool:
+    """Fail a queued or running job from outside its worker (e.g. it could not be enqueued)."""
+    with session_scope() as session:
+        seq = _append(
+            session, job_id, (Job.state.in_([JobState.queued, JobState.running]),), STATE_EVENT,
+            {"state": "failed", "reason": reason},
+            state=JobState.failed, reason=reason, finished_at=utcnow(),
+        )  # fmt: skip
+    return seq is not None
+
+
+def reap_stale_jobs(settings: JobSettings | None = None, now: datetime | None = None) -> list[str]:
+    """Fail every running job whose heartbeat is older than the timeout; the ids reaped."""
+    settings = settings or JobSettings()
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=settings.heartbeat_timeout_s)
+    reaped = []
+    with session_scope() as session:
+        stale = session.execute(
+            select(Job.id, Job.worker, Job.heartbeat_at).where(
+                Job.state == JobState.running, Job.heartbeat_at < cutoff
+            )
+        ).all()
+    for job_id, worker, beat in stale:
+        silent = (now - beat).total_seconds()
+        reason = (
+            f"worker lost: no heartbeat from {worker} for {silent:.0f} s "
+            f"(timeout {settings.heartbeat_timeout_s:g} s)"
+        )
+        with session_scope() as session:
+            seq = _append(
+                session, job_id, (Job.state == JobState.running, Job.heartbeat_at == beat), STATE_EVENT,
+                {"state": "failed", "reason": reason},
+                state=JobState.failed, reason=reason, finished_at=now,
+            )  # fmt: skip
+        if seq is not None:
+            log.warning("job %s: %s", job_id, reason)
+            reaped.append(job_id)
+    return reaped
+
+
+# --- worker side: run one job ------------------------------------------------------------------
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+class JobContext:
+    """What a running job's code uses to report and to learn that it should stop."""
+
+    def __init__(self, job: JobInfo, worker: str, settings: JobSettings) -> None:
+        self.job_id = job.id
+        self.kind = job.kind
+        self.config: dict[str, Any] = job.config
+        self.worker = worker
+        self._settings = settings
+        self._cancel = threading.Event()
+        self._lost = threading.Event()
+        self._io = threading.Lock()  # one writer at a time: the job's thread or the heartbeat
+        self._pending: Progress | None = None
+        self._sent: Progress | None = None
+        self._last_flush = -math.inf  # the first report is always written
+
+    @property
+    def _mine(self) -> tuple[ColumnElement[bool], ...]:
+        return (Job.state == JobState.running, Job.worker == self.worker)
+
+    def cancel_requested(self) -> bool:
+        """True once a cancel was requested (or the job was taken from this worker): stop soon."""
+        return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._cancel.is_set():
+            raise JobCancelled(f"job {self.job_id}: cancel requested")
+
+    @property
+    def lost(self) -> bool:
+        """The job is no longer this worker's (the reaper failed it after missed heartbeats)."""
+        return self._lost.is_set()
+
+    def progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        """Report ``done`` of ``total`` units; frequent calls are merged (the latest is always written)."""
+        if done < 0 or (total is not None and total < 0):
+            raise ValueError(f"job {self.job_id}: progress must be non-negative, got {done}/{total}")
+        self._pending = Progress(done=done, total=total, message=message)
+        finished = total is not None and done >= total
+        if finished or time.monotonic() - self._last_flush >= self._settings.progress_interval_s:
+            self.flush_progress()
+
+    def flush_progress(self) -> None:
+        with self._io:
+            pending, self._pending = self._pending, None
+            if pending is None or pending == self._sent or self.lost:
+                return
+            with session_scope() as session:
+                seq = _append(
+                    session, self.job_id, self._mine, PROGRESS_EVENT, pending.model_dump(),
+                    progress_done=pending.done, progress_total=pending.total,
+                    progress_message=pending.message,
+                )  # fmt: skip
+            self._last_flush = time.monotonic()
+            if seq is None:
+                self._lose()
+            else:
+                self._sent = pending
+
+    def event(self, type: str, data: dict[str, Any]) -> int | None:
+        """Append an event (``"metrics"`` with one step's values, ``"result"`` with an eval summary, …).
+
+        Returns its number, or None when the job is no longer this worker's.
+        """
+        if not _EVENT_TYPE.fullmatch(type) or type in RESERVED_EVENTS:
+            raise ValueError(
+                f"job {self.job_id}: event type {type!r} must match {_EVENT_TYPE.pattern} and not be one "
+                f"of {sorted(RESERVED_EVENTS)}"
+            )
+        if not isinstance(data, dict):
+            raise TypeError(f"job {self.job_id}: event data must be a dict, got {type(data).__name__}")
+        data = jsonable(data, f"{type} event")
+        with self._io:
+            if self.lost:
+                return None
+            with session_scope() as session:
+                seq = _append(session, self.job_id, self._mine, type, data)
+            if seq is None:
+                self._lose()
+            return seq
+
+    def set_result(self, result: dict[str, Any]) -> None:
+        """The job's final summary (shown with the job and in its last state event)."""
+        result = jsonable(result, "result")
+        with self._io, session_scope() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == self.job_id, *self._mine)
+                .values(result=result, updated_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+
+    def heartbeat(self) -> None:
+        """Renew the heartbeat, pick up a cancel request, write merged progress."""
+        self.flush_progress()
+        with self._io:
+            if self.lost:
+                return
+            with session_scope() as session:
+                row = session.execute(
+                    update(Job)
+                    .where(Job.id == self.job_id, *self._mine)
+                    .values(heartbeat_at=utcnow())
+                    .returning(Job.cancel_requested)
+                    .execution_options(synchronize_session=False)
+                ).first()
+        if row is None:
+            self._lose()
+        elif row[0]:
+            self._cancel.set()
+
+    def _lose(self) -> None:
+        if not self._lost.is_set():
+            log.error(
+                "job %s is no longer run by %s (failed by the reaper?); stopping", self.job_id, self.worker
+            )
+        self._lost.set()
+        self._cancel.set()
+
+    def _finish(self, state: JobState, reason: str | None, extra: dict[str, Any] | None = None) -> None:
+        self.flush_progress()
+        with self._io, session_scope() as session:
+            result = session.scalar(select(Job.result).where(Job.id == self.job_id))
+            data = {"state": state.value, "reason": reason, "result": result, **(extra or {})}
+            seq = _append(
+                session, self.job_id, self._mine, STATE_EVENT, data,
+                state=state, reason=reason, finished_at=utcnow(),
+            )  # fmt: skip
+        if seq is None:
+            log.error(
+                "job %s: could not record %s (no longer run by %s)", self.job_id, state.value, self.worker
+            )
+
+
+class _Heartbeat:
+    def __init__(self, ctx: JobContext, period_s: float) -> None:
+        self._ctx, self._period = ctx, period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{ctx.job_id[:8]}", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                self._ctx.heartbeat()
+            except SQLAlchemyError as exc:
+                # A database blip must not kill the job; if it lasts, the reaper decides.
+                log.warning("job %s: heartbeat failed: %s", self._ctx.job_id, exc)
+            if self._ctx.lost:
+                return
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def _claim(job_id: str, worker: str, settings: JobSettings) -> JobInfo:
+    now = utcnow()
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        if job.state.terminal:
+            raise JobNotRunnable(job_id, job.state, "already finished")
+        if job.state == JobState.running:
+            silent = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else math.inf
+            if silent < settings.heartbeat_timeout_s:
+                raise JobNotRunnable(
+                    job_id, job.state, f"running on {job.worker} (heartbeat {silent:.1f} s ago)"
+                )
+        claimed = _append(
+            session, job_id, (Job.state == JobState.queued,), STATE_EVENT,
+            {"state": "running", "worker": worker},
+            state=JobState.running, worker=worker, started_at=now, heartbeat_at=now,
+            attempts=Job.attempts + 1, cancel_requested=False,
+        )  # fmt: skip
+    if claimed is None:
+        # Running with a stale heartbeat (its worker died), or claimed by another worker just now.
+        reap_stale_jobs(settings)
+        job_now = get_job(job_id)
+        raise JobNotRunnable(job_id, job_now.state, job_now.reason or f"claimed by {job_now.worker}")
+    return get_job(job_id)
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:_REASON_CHARS]
+
+
+@contextmanager
+def run_job(job_id: str, *, worker: str | None = None) -> Iterator[JobContext]:
+    """Run a queued job here: claim it, heartbeat while the body runs, record how it ended.
+
+    The body returning ends the job ``succeeded`` (``cancelled`` if a cancel was requested meanwhile);
+    :class:`JobCancelled` ends it ``cancelled``; any other exception ends it ``failed`` with the
+    exception as the reason and is re-raised. Raises :class:`JobNotRunnable` without running the body
+    when the job is finished or running elsewhere, :class:`JobNotFound` for an unknown id.
+    """
+    settings = JobSettings()
+    worker = worker or default_worker_id()
+    ctx = JobContext(_claim(job_id, worker, settings), worker, settings)
+    log.info("job %s (%s) running on %s", job_id, ctx.kind, worker)
+    try:
+        with _Heartbeat(ctx, settings.heartbeat_s):
+            yield ctx
+    except JobCancelled:
+        ctx._finish(JobState.cancelled, "cancelled on request")
+    except BaseException as exc:
+        tb = "".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:]
+        ctx._finish(JobState.failed, _describe(exc), {"traceback": tb})
+        raise
+    else:
+        if ctx.lost:
+            return
+        if ctx.cancel_requested():
+            ctx._finish(JobState.cancelled, "cancelled on request")
+        else:
+            ctx._finish(JobState.succeeded, None)
