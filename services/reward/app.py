@@ -2,7 +2,8 @@
 
 POST /v1/score scores a batch in a worker thread (math checks run in helper processes), so the event loop
 never waits on a scorer. An unusable item gets ``error`` and zeros while the rest are scored; a malformed
-body gets 422 naming the field; too many items or too long a response get 413.
+body gets 422 naming the field (a non-finite number anywhere in it too: services/reward/strictjson.py);
+too many items or too long a response get 413.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +27,7 @@ from services.reward.registry import describe_types
 from services.reward.result import RewardResult
 from services.reward.scoring import score_items
 from services.reward.settings import RewardServiceSettings
+from services.reward.strictjson import refuse_non_finite, validation_error_handler
 
 
 class ScoreItem(BaseModel):
@@ -98,7 +101,13 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
             await anyio.to_thread.run_sync(checker.warm)
         yield
 
-    app = FastAPI(title="ReelRL reward service", version="1", lifespan=lifespan)
+    app = FastAPI(
+        title="ReelRL reward service",
+        version="1",
+        lifespan=lifespan,
+        dependencies=[Depends(refuse_non_finite)],
+        exception_handlers={RequestValidationError: validation_error_handler},
+    )
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

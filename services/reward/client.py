@@ -14,10 +14,12 @@ import httpx
 from pydantic_core import to_jsonable_python
 
 from services.reward.config import RewardConfig
+from services.reward.errors import InvalidSample
 from services.reward.registry import describe_types
 from services.reward.result import RewardResult
 from services.reward.sample import RewardSample
 from services.reward.scoring import SampleLike, score_items
+from services.reward.strictjson import non_finite_locations, non_finite_name
 
 log = logging.getLogger(__name__)
 Item = tuple[SampleLike, str]
@@ -84,15 +86,23 @@ class HttpRewardClient(RewardClient):
         self._client = httpx.Client(base_url=config.url, timeout=config.http_timeout_s, transport=transport)
         self._async: httpx.AsyncClient | None = None
 
-    def _body(self, chunk: Sequence[Item]) -> dict[str, Any]:
-        return {
-            "items": [{"sample": sample_payload(s), "response": r} for s, r in chunk],
-            "options": self.config.scoring_options().model_dump(),
-        }
+    def _bodies(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        """One request body per chunk of ``config.http_batch_size`` items.
 
-    def _chunks(self, items: Sequence[Item]) -> list[Sequence[Item]]:
+        JSON has no NaN or Infinity (the service answers such a body 422, and httpx refuses to send one),
+        so a non-finite number in any item is refused here, naming the item and field.
+        """
+        payload = [{"sample": sample_payload(s), "response": r} for s, r in items]
+        found = non_finite_locations(payload, limit=1)
+        if found:
+            (index, *field), value = found[0]
+            raise InvalidSample(
+                f"item {index}: {'.'.join(map(str, field))} is {non_finite_name(value)}; JSON has no "
+                "non-finite numbers, so the reward service cannot receive it"
+            )
+        options = self.config.scoring_options().model_dump()
         size = self.config.http_batch_size
-        return [items[i : i + size] for i in range(0, len(items), size)]
+        return [{"items": payload[i : i + size], "options": options} for i in range(0, len(payload), size)]
 
     @staticmethod
     def _results(response: httpx.Response) -> list[RewardResult]:
@@ -111,8 +121,7 @@ class HttpRewardClient(RewardClient):
 
     def score_batch(self, items: Sequence[Item]) -> list[RewardResult]:
         results: list[RewardResult] = []
-        for chunk in self._chunks(list(items)):
-            body = self._body(chunk)
+        for body in self._bodies(items):
             for attempt in range(self.config.http_retries + 1):
                 try:
                     response = self._client.post("/v1/score", json=body)
@@ -132,8 +141,7 @@ class HttpRewardClient(RewardClient):
                 base_url=self.config.url or "", timeout=self.config.http_timeout_s
             )
         results: list[RewardResult] = []
-        for chunk in self._chunks(list(items)):
-            body = self._body(chunk)
+        for body in self._bodies(items):
             for attempt in range(self.config.http_retries + 1):
                 try:
                     response = await self._async.post("/v1/score", json=body)

@@ -1,5 +1,7 @@
 """The FastAPI app in-process (ASGI): per-item errors, 422/413, problem types, metrics."""
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -58,6 +60,59 @@ def test_malformed_bodies_get_422_naming_the_field(client, body, field):
     response = client.post("/v1/score", json=body)
     assert response.status_code == 422
     assert field in [error["loc"] for error in response.json()["detail"]]
+
+
+MC_JSON = json.dumps(MC).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "spelled"),
+    [
+        (b'{"items": [], "options": {"w_acc": NaN}}', ["body", "options", "w_acc"], "NaN"),
+        (b'{"items": [], "options": {"w_fmt": Infinity}}', ["body", "options", "w_fmt"], "Infinity"),
+        (b'{"items": [], "options": {"w_acc": -Infinity}}', ["body", "options", "w_acc"], "-Infinity"),
+        (b'{"items": [], "options": {"max_response_chars": 1e999}}', ["body", "options", "max_response_chars"], "Infinity"),
+        (b'{"items": [{"sample": %s, "response": NaN}]}' % MC_JSON, ["body", "items", 0, "response"], "NaN"),
+        (b'{"items": [{"sample": %s, "response": -1e999}]}' % MC_JSON, ["body", "items", 0, "response"], "-Infinity"),
+        (b'{"items": [{"sample": {"problem_type": "regression", "answer": NaN}, "response": "1"}]}',
+         ["body", "items", 0, "sample", "answer"], "NaN"),
+        (b'{"items": [{"sample": {"problem_type": "mcq", "answer": "B", "meta": {"fps": [30, Infinity]}}, '
+         b'"response": "B"}]}', ["body", "items", 0, "sample", "meta", "fps", 1], "Infinity"),
+        (b'{"items": [{"sample": NaN, "response": "B"}]}', ["body", "items", 0, "sample"], "NaN"),
+        (b'{"items": [], "surprise": NaN}', ["body", "surprise"], "NaN"),
+        (b"NaN", ["body"], "NaN"),
+    ],
+)  # fmt: skip
+def test_non_finite_numbers_get_422_naming_the_field(client, body, field, spelled):
+    response = client.post("/v1/score", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+
+    def refuse(constant):
+        raise AssertionError(f"the error body carries {constant}: not JSON")
+
+    errors = json.loads(response.text, parse_constant=refuse)["detail"]
+    assert {"type": "finite_number", "loc": field, "input": spelled}.items() <= errors[0].items()
+    assert "1e999" in errors[0]["msg"]
+
+
+def test_every_non_finite_field_is_named(client):
+    body = b'{"items": [{"sample": {"problem_type": "numerical", "answer": NaN}, "response": Infinity}], "options": {"w_acc": NaN}}'
+    response = client.post(
+        "/v1/score", content=body, headers={"content-type": "application/json; charset=utf-8"}
+    )
+    assert [e["loc"] for e in response.json()["detail"]] == [
+        ["body", "items", 0, "sample", "answer"],
+        ["body", "items", 0, "response"],
+        ["body", "options", "w_acc"],
+    ]
+
+
+def test_finite_neighbours_still_score(client):
+    # a huge finite number is legal JSON and scores; only an overflow to Infinity is refused
+    body = b'{"items": [{"sample": {"problem_type": "regression", "answer": 1e300}, "response": "<answer>1e300</answer>"}]}'
+    response = client.post("/v1/score", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert response.json()["results"][0]["accuracy"] == 1.0
 
 
 def test_limits_get_413_with_a_message(client):

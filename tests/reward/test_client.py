@@ -5,6 +5,7 @@ import pytest
 
 from services.reward import HttpRewardClient, InProcessRewardClient, RewardConfig, make_reward_client
 from services.reward.client import RewardServiceError, sample_payload
+from services.reward.errors import InvalidSample
 from services.reward.sample import RewardSample
 
 MC = {"problem_type": "mcq", "answer": "B", "options": ["A. red", "B. blue"]}
@@ -80,3 +81,19 @@ def test_http_client_reports_rejections_and_gives_up():
     )
     with pytest.raises(RewardServiceError, match="gave up after retries"):
         unreachable.score_batch([(MC, "B")])
+
+
+def test_http_client_names_a_non_finite_number_before_sending():
+    sent = []
+    client = HttpRewardClient(
+        RewardConfig(url="http://reward", http_batch_size=2),
+        transport=httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500)),
+    )
+    items = [
+        (MC, "B"),
+        (MC, "B"),
+        ({"problem_type": "regression", "answer": 3, "meta": [1, float("nan")]}, "3"),
+    ]
+    with pytest.raises(InvalidSample, match=r"item 2: sample\.meta\.1 is NaN; JSON has no non-finite"):
+        client.score_batch(items)
+    assert sent == []  # refused whole: no chunk went out

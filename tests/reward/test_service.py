@@ -1,6 +1,8 @@
 """The reward service as deployed: `reelrl serve reward` (real uvicorn, 2 workers) and concurrent clients."""
 
 import asyncio
+import http.client
+import json
 import os
 import re
 import signal
@@ -10,6 +12,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -119,3 +122,29 @@ def test_metrics_sum_over_both_workers(service_url):
     assert statuses == [200] * 40
     # each worker keeps its own counters; the multiprocess collector must add up all 40
     assert scored_requests() - before == 40
+
+
+def test_non_finite_numbers_get_422_and_keep_the_connection(service_url):
+    # before: the 422 handler crashed serialising the NaN (500) and uvicorn dropped the keep-alive connection
+    address = urlsplit(service_url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    headers = {"content-type": "application/json"}
+    good = json.dumps({"items": [{"sample": ITEMS[0][0], "response": "<answer>B</answer>"}]})
+    try:
+        for body, field in [
+            (b'{"items": [], "options": {"w_acc": NaN}}', ["body", "options", "w_acc"]),
+            (b'{"items": [{"sample": {"problem_type": "mcq", "answer": "B"}, "response": 1e999}]}',
+             ["body", "items", 0, "response"]),
+        ]:  # fmt: skip
+            connection.request("POST", "/v1/score", body=body, headers=headers)
+            socket_before = connection.sock
+            response = connection.getresponse()
+            detail = json.loads(response.read())["detail"]
+            assert (response.status, detail[0]["loc"], detail[0]["type"]) == (422, field, "finite_number")
+            assert not response.will_close
+            connection.request("POST", "/v1/score", body=good, headers=headers)
+            assert connection.sock is socket_before  # the same keep-alive connection
+            response = connection.getresponse()
+            assert (response.status, json.loads(response.read())["results"][0]["overall"]) == (200, 1.0)
+    finally:
+        connection.close()
