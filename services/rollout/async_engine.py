@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,13 @@ from services.rollout.config import RolloutConfig
 from services.rollout.engine_base import EngineBase
 from services.rollout.groups import assemble_groups, online_counts
 from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
-from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample, StreamDelta
+from services.rollout.samples import (
+    RolloutGroup,
+    RolloutResponse,
+    RolloutSample,
+    StreamDelta,
+    VersionSpans,
+)
 from services.rollout.vllm_bridge import delta_from, engine_kwargs, sampling_params
 from services.rollout.weight_sync import ReloadCall, Weights, check_reload_results, reload_call
 
@@ -31,20 +37,35 @@ class _Accumulator:
     logprobs: list[float] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     finish_reason: str | None = None
+    weight_versions: VersionSpans | None = None
 
     def add(self, delta: StreamDelta) -> None:
         self.token_ids += delta.token_ids
         self.logprobs += delta.logprobs
         self.text.append(delta.text)
         self.finish_reason = delta.finish_reason or self.finish_reason
+        self.weight_versions = delta.weight_versions or self.weight_versions
 
-    def response(self) -> RolloutResponse:
+    def response(self, index: int) -> RolloutResponse:
+        if self.finish_reason is None or self.weight_versions is None:
+            raise RuntimeError(f"the stream of response {index} ended before its last delta")
         return RolloutResponse(
             token_ids=self.token_ids,
             logprobs=self.logprobs,
             text="".join(self.text),
-            finish_reason=self.finish_reason or "abort",
+            finish_reason=self.finish_reason,
+            weight_version=self.weight_versions[0][1],
+            weight_versions=self.weight_versions,
         )
+
+
+def collect_responses(deltas: Iterable[StreamDelta], n: int) -> list[RolloutResponse]:
+    """The ``n`` whole responses of one request from its deltas (what ``rollout`` returns; also for
+    consumers of :meth:`AsyncRolloutEngine.stream`), with the weight versions of the last deltas."""
+    responses = [_Accumulator() for _ in range(n)]
+    for delta in deltas:
+        responses[delta.index].add(delta)
+    return [r.response(i) for i, r in enumerate(responses)]
 
 
 class AsyncRolloutEngine(EngineBase):
@@ -71,6 +92,7 @@ class AsyncRolloutEngine(EngineBase):
         """(prompt token ids, delta) pairs for ``n`` responses to one prepared input."""
         from vllm.sampling_params import RequestOutputKind
 
+        self._check_ready("generate")
         params = sampling_params(
             self.config,
             n,
@@ -85,7 +107,7 @@ class AsyncRolloutEngine(EngineBase):
                 prompt_ids = list(output.prompt_token_ids)
                 check_feature_count(item, prompt_ids, self.checkpoint.video_token_id)
             for completion in output.outputs:
-                yield prompt_ids, delta_from(item.sample.id, completion)
+                yield prompt_ids, delta_from(item.sample.id, completion, self.weight_version)
 
     async def stream(
         self, sample: RolloutSample, n: int | None = None, **overrides: Any
@@ -98,12 +120,12 @@ class AsyncRolloutEngine(EngineBase):
     async def _collect(
         self, item: EngineInput, n: int, **overrides: Any
     ) -> tuple[list[int], list[RolloutResponse]]:
-        responses = [_Accumulator() for _ in range(n)]
+        deltas: list[StreamDelta] = []
         prompt_ids: list[int] = []
         async for ids, delta in self._deltas(item, n, **overrides):
             prompt_ids = ids
-            responses[delta.index].add(delta)
-        return prompt_ids, [r.response() for r in responses]
+            deltas.append(delta)
+        return prompt_ids, collect_responses(deltas, n)
 
     async def rollout(
         self,
@@ -131,11 +153,15 @@ class AsyncRolloutEngine(EngineBase):
         """Check and serialise the weights (in a thread, generation running), then pause (in-flight
         requests kept), load them, reset caches and resume; returns seconds.
 
-        Requests in flight continue under the new weights after the push. Wrong tensor names raise
+        Requests in flight continue under the new weights after the push, recomputed from their prompt
+        and tokens so far (the pause drops their KV cache); the version is bumped while generation is
+        paused, so each response's ``weight_versions`` say which tokens came from which weights. Wrong
+        tensor names raise
         ValueError before the pause, leaving the engine as it was. If the load RPC or a cache reset
         fails, generation is resumed and the error re-raised: the workers' weights are then undefined
         (old, new or a mix) and the caches may hold stale entries; push again before trusting rollouts.
         """
+        self._check_ready("push weights")
         started = time.perf_counter()
         payload = ExitStack()
 
@@ -147,8 +173,17 @@ class AsyncRolloutEngine(EngineBase):
         try:
             await self.engine.pause_generation(mode="keep")
             try:
-                results = await self.engine.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
-                check_reload_results(call, results)
+                try:
+                    results = await self.engine.collective_rpc(
+                        call.method, args=call.args, kwargs=call.kwargs
+                    )
+                    check_reload_results(call, results)
+                finally:
+                    # before resuming: vLLM labels every later step's tokens with the new version (the
+                    # workers may hold new or mixed weights even when the RPC failed)
+                    self.weight_version += 1
+                    await self.engine.update_weight_version(str(self.weight_version))
+                self._weights_discarded = False
                 await self.engine.reset_encoder_cache()
                 if not await self.engine.reset_prefix_cache():
                     raise RuntimeError("vLLM refused to reset its prefix cache after a weight push")
@@ -158,6 +193,25 @@ class AsyncRolloutEngine(EngineBase):
             # the payload's folder (file transport) is removed off the event loop too
             await asyncio.to_thread(payload.close)
         return time.perf_counter() - started
+
+    async def sleep(self, level: int = 1) -> bool:
+        """Like ``RolloutEngine.sleep``. Requests in flight are kept and continue after
+        :meth:`wake_up` at level 1; at level 2 they are aborted (the weights they would resume with are
+        gone). Returns False, doing nothing, where vLLM cannot sleep (its CPU backend; logged)."""
+        if not self._begin_sleep(level):
+            return False
+        await self.engine.sleep(level=level, mode="keep" if level == 1 else "abort")
+        self._end_sleep(level)
+        return True
+
+    async def wake_up(self) -> bool:
+        """Bring back what :meth:`sleep` released; False when the engine was not asleep (nothing to do)."""
+        if self._sleep_level is None:
+            return False
+        if not await self.engine.wake_up():
+            raise RuntimeError("vLLM did not wake up fully")
+        self._sleep_level = None
+        return True
 
     async def aclose(self) -> None:
         """Shut down from inside the engine's event loop, letting its output handler task finish."""

@@ -38,6 +38,7 @@ class RolloutEngine(EngineBase):
         self, inputs: Sequence[EngineInput], counts: Sequence[int], **overrides: Any
     ) -> list[Generated]:
         """``counts[i]`` responses to ``inputs[i]``: (prompt token ids, responses) per input."""
+        self._check_ready("generate")
         banned = self.checkpoint.placeholder_token_ids
         params = [sampling_params(self.config, n, banned, **overrides) for n in counts]
         outputs = self.llm.generate([item.prompt for item in inputs], params, use_tqdm=False)
@@ -45,7 +46,7 @@ class RolloutEngine(EngineBase):
         for item, output in zip(inputs, outputs, strict=True):
             prompt_ids = list(output.prompt_token_ids)
             check_feature_count(item, prompt_ids, self.checkpoint.video_token_id)
-            results.append((prompt_ids, [response_from(c) for c in output.outputs]))
+            results.append((prompt_ids, [response_from(c, self.weight_version) for c in output.outputs]))
         return results
 
     def rollout(
@@ -73,14 +74,41 @@ class RolloutEngine(EngineBase):
         Tensor names are checked against the checkpoint's first: a ValueError leaves the engine as it
         was. If the RPC itself fails, the workers' weights are undefined (push again).
         """
+        self._check_ready("push weights")
         started = time.perf_counter()
         with reload_call(weights, transport, self.checkpoint.parameter_names) as call:
-            results = self.llm.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
-            check_reload_results(call, results)
+            try:
+                results = self.llm.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
+                check_reload_results(call, results)
+            finally:
+                # the workers may hold new (or mixed) weights even when the RPC failed
+                self.weight_version += 1
+                self.llm.llm_engine.set_weight_version(str(self.weight_version))
+        self._weights_discarded = False
         # Encoder outputs and prefix KV blocks cached under the old weights: a repeated clip would hit a
         # stale entry, or a missing one that kills the engine ("Encoder cache miss").
         self.reset_caches(processed_inputs=False)
         return time.perf_counter() - started
+
+    def sleep(self, level: int = 1) -> bool:
+        """Release the engine's memory for a colocated trainer (``engine.enable_sleep_mode: true``):
+        level 1 drops the KV cache and offloads the weights to CPU memory, level 2 drops both (push
+        weights after :meth:`wake_up`, before generating). Generating or pushing while asleep raises.
+        Returns False, doing nothing, where vLLM cannot sleep (its CPU backend; logged)."""
+        if not self._begin_sleep(level):
+            return False
+        self.llm.sleep(level=level)
+        self._end_sleep(level)
+        return True
+
+    def wake_up(self) -> bool:
+        """Bring back what :meth:`sleep` released; False when the engine was not asleep (nothing to do)."""
+        if self._sleep_level is None:
+            return False
+        if not self.llm.wake_up():
+            raise RuntimeError("vLLM did not wake up fully")
+        self._sleep_level = None
+        return True
 
     def reset_caches(self, processed_inputs: bool = True) -> None:
         """Forget cached encoder outputs and prefix KV blocks (and, with ``processed_inputs``, the

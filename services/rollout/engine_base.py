@@ -14,6 +14,7 @@ from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig, call_config
 from services.rollout.environment import engine_environment, remove_private_folder
 from services.rollout.media import FrameSource
+from services.rollout.vllm_bridge import check_platform, sleep_mode_available
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,6 +33,13 @@ class EngineBase:
         reward_client: Any = None,
     ) -> None:
         self.config = config or RolloutConfig()
+        check_platform(self.config)
+        #: the weights' version: 0 for the checkpoint's, +1 per push (a push that failed after reaching
+        #: the workers counts too: their weights are undefined then). Every response records the
+        #: version(s) that produced its tokens.
+        self.weight_version = 0
+        self._sleep_level: int | None = None  # level of the current sleep, None when awake
+        self._weights_discarded = False  # by a level-2 sleep, until the next push
         self.checkpoint = Checkpoint.load(model)
         if source is None:
             from services.common.frames import FrameStore
@@ -68,6 +76,46 @@ class EngineBase:
 
     def _end_shutdown(self) -> None:
         remove_private_folder(self.temp_folder)
+
+    def _begin_sleep(self, level: int) -> bool:
+        """Whether vLLM should sleep at ``level``; False where sleeping cannot release memory (vLLM's CPU
+        backend), which is logged: the call is then a no-op."""
+        if level not in (1, 2):
+            raise ValueError(
+                f"sleep level must be 1 (offload weights, drop KV cache) or 2 (drop both), got {level}"
+            )
+        if self._sleep_level is not None:
+            raise RuntimeError(
+                f"the engine is already asleep (level {self._sleep_level}); call wake_up() first"
+            )
+        if not self.config.engine.enable_sleep_mode:
+            if sleep_mode_available():
+                raise RuntimeError(
+                    "sleep() needs engine.enable_sleep_mode: true (vLLM can release only memory it "
+                    "allocated for sleeping)"
+                )
+            log.warning(
+                "sleep(level=%d) is a no-op: vLLM's CPU backend cannot release the KV cache or weights", level
+            )
+            return False
+        return True
+
+    def _end_sleep(self, level: int) -> None:
+        self._sleep_level = level
+        self._weights_discarded = self._weights_discarded or level == 2
+
+    @property
+    def sleeping(self) -> bool:
+        return self._sleep_level is not None
+
+    def _check_ready(self, action: str) -> None:
+        """Refuse ``action`` while asleep, and generation after a level-2 sleep until weights are pushed."""
+        if self._sleep_level is not None:
+            raise RuntimeError(
+                f"cannot {action}: the engine is asleep (level {self._sleep_level}); call wake_up()"
+            )
+        if self._weights_discarded and action == "generate":
+            raise RuntimeError("cannot generate: sleep(level=2) discarded the weights; push weights first")
 
     @property
     def family(self) -> Family:

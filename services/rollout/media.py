@@ -12,10 +12,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from pydantic import ValidationError
 
 from services.common.families import Family
-from services.common.frames.params import VideoParams
+from services.common.frames.params import ParamsMismatch
 from services.rollout.samples import RolloutSample
 
 
@@ -24,9 +23,13 @@ class MediaError(ValueError):
 
 
 class FrameSource(Protocol):
-    """What the engine needs from the frame store (``services.common.frames.FrameStore``)."""
+    """What the engine needs from the frame store (``services.common.frames.FrameStore``).
 
-    def load(self, key: str, expect: Any = None) -> tuple[torch.Tensor, dict[str, Any]]: ...
+    ``expect`` is always passed: the canonical decode parameters the clip must have been stored with
+    (ParamsMismatch otherwise), or None where the caller opted out or nothing applies (images).
+    """
+
+    def load(self, key: str, expect: Any) -> tuple[torch.Tensor, dict[str, Any]]: ...
 
 
 @dataclass
@@ -99,20 +102,23 @@ def check_video(
 def load_media(
     sample: RolloutSample, source: FrameSource, family: Family, video_max_pixels: int | None
 ) -> SampleMedia:
-    """Load and check every image and video of ``sample`` (frames stay memory-mapped where stored so)."""
+    """Load and check every image and video of ``sample`` (frames stay memory-mapped where stored so).
+
+    Each video's stored decode parameters must equal the sample's expected ones (``clip_params`` or
+    ``video_params``) unless the sample opted out (``check_params=False``): a ParamsMismatch then names
+    the sample, the clip and every differing field.
+    """
     media = SampleMedia()
-    expected = None
-    if sample.video_params is not None:
+    for key, expected in zip(sample.videos, sample.expected_params(), strict=True):
         try:
-            expected = VideoParams.model_validate(sample.video_params)
-        except ValidationError as exc:
-            raise MediaError(f"sample {sample.id!r}: invalid video_params: {exc}") from None
-    for key in sample.videos:
-        frames, meta = source.load(key, expect=expected)
+            frames, meta = source.load(key, expect=expected)
+        except ParamsMismatch as exc:
+            raise ParamsMismatch(f"sample {sample.id!r}, video {key}: {exc}") from None
         check_video(sample.id, key, frames, meta, family, video_max_pixels)
         media.videos.append((frames.numpy(), video_metadata(meta)))
     for key in sample.images:
-        frames, _ = source.load(key)
+        # single-frame entries carry no decode parameters: the processor sizes them to the image budget
+        frames, _ = source.load(key, expect=None)
         if frames.ndim != 4 or frames.shape[0] != 1 or frames.dtype != torch.uint8:
             raise MediaError(
                 f"sample {sample.id!r}, image {key}: expected one uint8 frame (1, H, W, 3), "

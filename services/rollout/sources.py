@@ -16,6 +16,9 @@ class RealtimeSource:
     """Decodes every clip when it is loaded, with the frame store's own pipeline (so the frames are
     bit-identical to the cached ones): the baseline the cache is measured against, and the path for
     videos that were never preprocessed. ``clips`` maps a clip key to its video file and parameters.
+
+    ``load`` takes ``expect`` like the store, without a default: the caller states the parameters the
+    clip must have (ParamsMismatch otherwise) or passes None to opt out explicitly.
     """
 
     def __init__(
@@ -28,7 +31,7 @@ class RealtimeSource:
         self.decoders = decoders
         self.threads = threads
 
-    def load(self, key: str, expect: VideoParams | dict[str, Any] | None = None) -> tuple[torch.Tensor, dict]:
+    def load(self, key: str, expect: VideoParams | dict[str, Any] | None) -> tuple[torch.Tensor, dict]:
         try:
             path, params = self.clips[key]
         except KeyError:

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.rollout.config import GiB, RolloutConfig
-from services.rollout.samples import RolloutResponse, StreamDelta
+from services.rollout.samples import RolloutResponse, StreamDelta, VersionSpans
 from services.rollout.weight_sync import EXTENSION
 
 BANNED_BIAS = -100.0  # vLLM clamps logit biases to [-100, 100]
+INITIAL_VERSION_LABEL = "default"  # vLLM's weight-version label until one is set
 
 
 def engine_kwargs(model: str, config: RolloutConfig) -> dict[str, Any]:
@@ -38,6 +39,26 @@ def engine_kwargs(model: str, config: RolloutConfig) -> dict[str, Any]:
     if engine.enable_sleep_mode:
         kwargs["enable_sleep_mode"] = True
     return kwargs
+
+
+def sleep_mode_available() -> bool:
+    """Whether this vLLM build can release the KV cache and weights (CUDA, ROCm, XPU; not its CPU backend)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_sleep_mode_available()
+
+
+def check_platform(config: RolloutConfig) -> None:
+    """Refuse, before anything starts, engine settings this vLLM build cannot honour. Checked here and
+    not when the config loads: a config written on a laptop for a GPU cluster is valid."""
+    if config.engine.enable_sleep_mode and not sleep_mode_available():
+        from vllm.platforms import current_platform
+
+        raise ValueError(
+            f"engine.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device, but this vLLM "
+            f"runs on {current_platform.device_type}; set enable_sleep_mode: false (sleep() and wake_up() "
+            "are then no-ops that keep the KV cache and weights in memory)"
+        )
 
 
 def sampling_params(
@@ -70,23 +91,55 @@ def sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> list[float]:
     return [float(position[token].logprob) for position, token in zip(logprobs, token_ids, strict=True)]
 
 
-def response_from(completion: Any) -> RolloutResponse:
+def version_number(label: str) -> int:
+    """The engine's weight version from vLLM's label: the engines set ``str(version)`` at each push;
+    before the first one vLLM's engine core labels outputs "default" (the checkpoint's weights, 0)."""
+    if label == INITIAL_VERSION_LABEL:
+        return 0
+    try:
+        return int(label)
+    except ValueError:
+        raise ValueError(f"vLLM reported weight version {label!r}, which no ReelRL engine set") from None
+
+
+def version_spans(spans: Sequence[Any] | None, current: int) -> VersionSpans:
+    """(first token index, version) per run of tokens, from a finished output's ``weight_versions``
+    (vLLM's engine core labels every step's tokens with the version set when they were sampled; it
+    reports ``[]`` for a response without tokens, which gets the ``current`` version, and None for
+    tokens it has no label for)."""
+    if spans is None:
+        raise RuntimeError("vLLM reported no weight versions for a finished response")
+    if not spans:
+        return ((0, current),)
+    return tuple((int(span.start), version_number(span.version)) for span in spans)
+
+
+def response_from(completion: Any, current_version: int) -> RolloutResponse:
     """A finished vLLM ``CompletionOutput`` (token ids include the end token when it stopped on it)."""
     ids = list(completion.token_ids)
     logprobs = None if completion.logprobs is None else sampled_logprobs(completion.logprobs, ids)
+    spans = version_spans(completion.weight_versions, current_version)
     return RolloutResponse(
-        token_ids=ids, logprobs=logprobs, text=completion.text, finish_reason=str(completion.finish_reason)
+        token_ids=ids,
+        logprobs=logprobs,
+        text=completion.text,
+        finish_reason=str(completion.finish_reason),
+        weight_version=spans[0][1],
+        weight_versions=spans,
     )
 
 
-def delta_from(sample_id: str, completion: Any) -> StreamDelta:
-    """A ``CompletionOutput`` of a DELTA-kind request: the tokens since the previous one."""
+def delta_from(sample_id: str, completion: Any, current_version: int) -> StreamDelta:
+    """A ``CompletionOutput`` of a DELTA-kind request: the tokens since the previous one; the last delta
+    carries the whole response's weight-version spans."""
     ids = list(completion.token_ids)
+    finished = completion.finish_reason is not None
     return StreamDelta(
         sample_id=sample_id,
         index=completion.index,
         token_ids=ids,
         logprobs=[] if completion.logprobs is None else sampled_logprobs(completion.logprobs, ids),
         text=completion.text,
-        finish_reason=None if completion.finish_reason is None else str(completion.finish_reason),
+        finish_reason=str(completion.finish_reason) if finished else None,
+        weight_versions=version_spans(completion.weight_versions, current_version) if finished else None,
     )

@@ -33,6 +33,7 @@ class RolloutWorker:
             "family": self.engine.family.name.value,
             "startup_s": self.engine.startup_s,
             "temp_folder": str(self.engine.temp_folder),
+            "weight_version": self.engine.weight_version,
         }
 
     def rollout(self, samples: list[dict[str, Any]], **overrides: Any) -> list[dict[str, Any]]:
@@ -41,6 +42,12 @@ class RolloutWorker:
 
     def push_weights(self, weights: bytes | str, transport: str = "file") -> float:
         return self.engine.push_weights(weights, transport=transport)
+
+    def sleep(self, level: int = 1) -> bool:
+        return self.engine.sleep(level)
+
+    def wake_up(self) -> bool:
+        return self.engine.wake_up()
 
     def shutdown(self) -> None:
         self.engine.shutdown()

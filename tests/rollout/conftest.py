@@ -269,7 +269,8 @@ def hf_model() -> Callable[[Path], Any]:
 
 @pytest.fixture(scope="session")
 def video_sample(clips: Clips) -> Callable[..., Any]:
-    """``video_sample(family, clip, sample_id, **fields)``: a sample asking about one stored clip."""
+    """``video_sample(family, clip, sample_id, **fields)``: a sample asking about one stored clip, with
+    the clip's canonical decode parameters as a preprocess output row carries them (``clip_params``)."""
     from services.rollout.samples import RolloutSample
 
     def make(family: str, clip: str, sample_id: str, **fields: Any) -> RolloutSample:
@@ -277,7 +278,7 @@ def video_sample(clips: Clips) -> Callable[..., Any]:
             id=sample_id,
             prompt=fields.pop("prompt", "What happens in the video?"),
             videos=(clips.keys[family][clip],),
-            video_params=clips.params[family][clip].model_dump(),
+            clip_params=(clips.params[family][clip].canonical(),),
             **fields,
         )
 

@@ -9,6 +9,8 @@ import copy
 import pytest
 import torch
 
+from services.rollout.async_engine import collect_responses
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOLERANCE = 1e-5
 
@@ -90,18 +92,42 @@ def test_weights_pushed_mid_stream_keep_requests_alive(
         after = await async_engine.rollout([samples[0]], n=2)
         return results, after
 
+    start = async_engine.weight_version  # the shared engine may have seen pushes already
     try:
         results, after = loop_thread.run(scenario())
         # the pause found requests half done: some tokens streamed, more to come
         (counts,) = at_pause
         assert any(0 < c < max_tokens for pair in counts for c in pair), counts
-        for deltas in results:
+        spanning = 0
+        for sample, deltas in zip(samples, results, strict=True):
             for index in (0, 1):
                 mine = [d for d in deltas if d.index == index]
                 # every request ran to its full length after the pause, none was aborted
                 assert sum(len(d.token_ids) for d in mine) == max_tokens
                 assert mine[-1].finish_reason == "length"
+            for response in collect_responses(deltas, 2):
+                # tokens [0, b) came from the old weights, [b, end) from the new ones (the request was
+                # recomputed after the pause): each range matches its own model's teacher-forced logprobs
+                spans = response.weight_versions
+                assert response.weight_version == start
+                assert [v for _, v in spans] in ([start], [start, start + 1]), spans
+                ends = [b for b, _ in spans[1:]] + [max_tokens]
+                for (begin, version), end in zip(spans, ends, strict=True):
+                    model = old if version == start else new
+                    expected = hf_logprobs(async_engine, model, sample, response.token_ids)[begin:end]
+                    assert gap(expected, response.logprobs[begin:end]) < TOLERANCE, (spans, version)
+                if len(spans) == 2:
+                    spanning += 1
+                    boundary = spans[1][0]
+                    assert response.token_weight_versions() == [start] * boundary + [start + 1] * (
+                        max_tokens - boundary
+                    )
+                    # the first token sampled under the new weights is not the old model's
+                    first = hf_logprobs(async_engine, old, sample, response.token_ids)[boundary]
+                    assert abs(first.item() - response.logprobs[boundary]) > 1e-3
+        assert spanning > 0, "no response was in flight when the push landed"
         for response in after[0].responses:
+            assert (response.weight_version, response.weight_versions) == (start + 1, ((0, start + 1),))
             assert (
                 gap(hf_logprobs(async_engine, new, samples[0], response.token_ids), response.logprobs)
                 < TOLERANCE
@@ -111,6 +137,7 @@ def test_weights_pushed_mid_stream_keep_requests_alive(
         loop_thread.run(async_engine.push_weights(old.state_dict(), transport="bytes"))
     restored = loop_thread.run(async_engine.rollout([samples[0]], n=1))[0].responses[0]
     assert gap(hf_logprobs(async_engine, old, samples[0], restored.token_ids), restored.logprobs) < TOLERANCE
+    assert restored.weight_versions == ((0, start + 2),)
 
 
 def test_a_refused_push_leaves_generation_running(
@@ -122,4 +149,14 @@ def test_a_refused_push_leaves_generation_running(
         loop_thread.run(async_engine.push_weights(partial))
     sample = video_sample("qwen2_5_vl", "wide", "after-refusal")
     (group,) = loop_thread.run(async_engine.rollout([sample], n=1))  # not left paused
+    assert len(group.responses[0].token_ids) > 0
+
+
+def test_sleep_on_cpu_is_a_no_op_that_says_so(async_engine, loop_thread, video_sample, caplog):
+    with caplog.at_level("WARNING", logger="services.rollout.engine_base"):
+        assert loop_thread.run(async_engine.sleep(2)) is False
+    assert "sleep(level=2) is a no-op: vLLM's CPU backend cannot release" in caplog.text
+    assert not async_engine.sleeping and loop_thread.run(async_engine.wake_up()) is False
+    sample = video_sample("qwen2_5_vl", "wide", "async-after-sleep")
+    (group,) = loop_thread.run(async_engine.rollout([sample], n=1))
     assert len(group.responses[0].token_ids) > 0

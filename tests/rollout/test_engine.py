@@ -162,7 +162,13 @@ def test_the_gate_names_a_sample_it_cannot_score(rollout_engine, video_sample):
 
 def test_a_clip_stored_for_another_family_names_the_sample(rollout_engine, clips):
     engine = rollout_engine("qwen2_5_vl")
-    wrong = RolloutSample(id="wrong-family", prompt="q", videos=(clips.keys["qwen3_vl"]["wide"],))
+    # the store holds the clip as the sample expects it, but for Qwen3-VL's patch grid
+    wrong = RolloutSample(
+        id="wrong-family",
+        prompt="q",
+        videos=(clips.keys["qwen3_vl"]["wide"],),
+        clip_params=(clips.params["qwen3_vl"]["wide"].canonical(),),
+    )
     with pytest.raises(MediaError, match=r"sample 'wrong-family', video .* stored for family 'qwen3_vl'"):
         engine.rollout([RolloutSample(id="fine", prompt="q"), wrong])
 
@@ -176,7 +182,10 @@ def test_a_clip_decoded_with_other_params_names_the_clip(rollout_engine, clips):
     sample = RolloutSample(
         id="s", prompt="q", videos=(clips.keys["qwen2_5_vl"]["wide"],), video_params=params
     )
-    with pytest.raises(ParamsMismatch, match="max_frames: stored 768 != requested 16"):
+    key = clips.keys["qwen2_5_vl"]["wide"]
+    with pytest.raises(
+        ParamsMismatch, match=rf"sample 's', video {key}: clip {key} .*max_frames: stored 768 != requested 16"
+    ):
         engine.rollout([sample])
 
 
@@ -203,3 +212,27 @@ def test_torchvision_imports_in_the_engines_worker_processes(rollout_engine):
     (runtime,) = rollout_engine("qwen2_5_vl").worker_runtime()
     assert runtime["torchvision_ok"]
     assert runtime["compat_applied"] == (not runtime["extension_loads"])
+
+
+def test_sleep_mode_is_refused_where_vllm_cannot_sleep(tiny_models, clips, make_config):
+    from services.rollout.async_engine import AsyncRolloutEngine
+    from services.rollout.engine import RolloutEngine
+
+    config = make_config(engine={**make_config().engine.model_dump(), "enable_sleep_mode": True})
+    for engine_class in (RolloutEngine, AsyncRolloutEngine):
+        # before anything starts, naming the setting (vLLM's own error names neither)
+        with pytest.raises(ValueError, match=r"engine.enable_sleep_mode: .* this vLLM runs on cpu"):
+            engine_class(tiny_models["qwen2_5_vl"], config, source=clips.store)
+
+
+def test_sleep_on_cpu_is_a_no_op_that_says_so(rollout_engine, video_sample, caplog):
+    engine = rollout_engine("qwen2_5_vl")
+    with pytest.raises(ValueError, match=r"sleep level must be 1 .* or 2"):
+        engine.sleep(3)
+    with caplog.at_level("WARNING", logger="services.rollout.engine_base"):
+        assert engine.sleep(1) is False
+    assert "sleep(level=1) is a no-op: vLLM's CPU backend cannot release" in caplog.text
+    assert not engine.sleeping
+    assert engine.wake_up() is False  # was not asleep
+    sample = video_sample("qwen2_5_vl", "wide", "after-sleep")
+    assert len(engine.rollout([sample], n=1)[0].responses[0].token_ids) > 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from services.common.families import get_family
+from services.common.frames import ParamsMismatch, VideoParams
 from services.rollout.media import MediaError, load_media, video_metadata, video_tokens
 from services.rollout.samples import RolloutSample
 
@@ -33,7 +35,7 @@ class DictSource:
         self.clips = clips
         self.expects: list = []
 
-    def load(self, key, expect=None):
+    def load(self, key, expect):
         self.expects.append(expect)
         return self.clips[key]
 
@@ -73,7 +75,7 @@ def test_video_tokens(shape, family, expected):
 def test_loads_videos_and_single_frame_images():
     clip, image = frames(4, 56, 56), frames(1, 30, 40)
     source = DictSource({"v": (clip, meta_for(clip)), "i": (image, {})})
-    sample = RolloutSample(id="s", prompt="q", videos=("v",), images=("i",))
+    sample = RolloutSample(id="s", prompt="q", videos=("v",), images=("i",), check_params=False)
     media = load_media(sample, source, QWEN25, video_max_pixels=None)
     assert media.videos[0][0].shape == (4, 56, 56, 3)
     assert media.videos[0][1]["do_sample_frames"] is False
@@ -81,14 +83,50 @@ def test_loads_videos_and_single_frame_images():
     assert set(media.multi_modal_data()) == {"video", "image"}
 
 
-def test_expected_params_are_passed_to_the_store():
-    clip = frames(4, 56, 56)
-    source = DictSource({"v": (clip, meta_for(clip))})
+def test_every_clip_is_loaded_with_its_expected_params_and_images_with_none():
+    clip, image = frames(4, 56, 56), frames(1, 28, 28)
+    source = DictSource({"v": (clip, meta_for(clip)), "w": (clip, meta_for(clip)), "i": (image, {})})
+    one_fps = VideoParams(family="qwen2_5_vl", fps=1.0)
     sample = RolloutSample(
-        id="s", prompt="q", videos=("v",), video_params={"family": "qwen2_5_vl", "fps": 1.0}
+        id="s",
+        prompt="q",
+        videos=("v", "w"),
+        images=("i",),
+        video_params={"family": "qwen2_5_vl", "fps": 1.0},
     )
     load_media(sample, source, QWEN25, video_max_pixels=None)
-    assert source.expects[0].fps == 1.0 and source.expects[0].family.value == "qwen2_5_vl"
+    assert source.expects == [one_fps.canonical(), one_fps.canonical(), None]
+
+    per_clip = (one_fps.canonical(), VideoParams(family="qwen2_5_vl", nframes=4, fps=None).canonical())
+    source.expects.clear()
+    load_media(
+        RolloutSample(id="s", prompt="q", videos=("v", "w"), clip_params=per_clip), source, QWEN25, None
+    )
+    assert source.expects == list(per_clip)
+
+    source.expects.clear()
+    load_media(RolloutSample(id="s", prompt="q", videos=("v",), check_params=False), source, QWEN25, None)
+    assert source.expects == [None]  # opted out: stated to the source, not defaulted
+
+
+def test_a_clip_decoded_for_another_budget_is_refused_unless_opted_out(clips):
+    key = clips.keys["qwen2_5_vl"]["wide"]
+    stored = clips.params["qwen2_5_vl"]["wide"]
+    other = VideoParams.model_validate({**stored.model_dump(), "max_pixels": 2 * stored.max_pixels})
+    for fields in ({"clip_params": (other.canonical(),)}, {"video_params": other.model_dump()}):
+        sample = RolloutSample(id="budget-1", prompt="q", videos=(key,), **fields)
+        with pytest.raises(
+            ParamsMismatch,
+            match=rf"sample 'budget-1', video {key}: clip {key} was decoded with other parameters "
+            rf"\(.*max_pixels: stored {stored.max_pixels} != requested {other.max_pixels}",
+        ):
+            load_media(sample, clips.store, QWEN25, video_max_pixels=None)
+
+    cached, _ = clips.store.load(key, expect=stored)
+    for fields in ({"clip_params": (stored.canonical(),)}, {"check_params": False}):
+        sample = RolloutSample(id="budget-2", prompt="q", videos=(key,), **fields)
+        media = load_media(sample, clips.store, QWEN25, video_max_pixels=None)
+        assert np.array_equal(media.videos[0][0], cached.numpy())
 
 
 @pytest.mark.parametrize(
@@ -109,7 +147,7 @@ def test_expected_params_are_passed_to_the_store():
 )
 def test_unusable_clips_name_the_sample_and_the_clip(clip, meta_update, max_pixels, message):
     meta = {**meta_for(clip), **meta_update}
-    sample = RolloutSample(id="sample-42", prompt="q", videos=("clip-key",))
+    sample = RolloutSample(id="sample-42", prompt="q", videos=("clip-key",), check_params=False)
     with pytest.raises(MediaError, match=rf"sample 'sample-42', video clip-key: .*{message}"):
         load_media(sample, DictSource({"clip-key": (clip, meta)}), QWEN25, video_max_pixels=max_pixels)
 
@@ -118,9 +156,3 @@ def test_an_image_key_must_hold_one_frame():
     sample = RolloutSample(id="s9", prompt="q", images=("img",))
     with pytest.raises(MediaError, match=r"sample 's9', image img: expected one uint8 frame"):
         load_media(sample, DictSource({"img": (frames(2, 28, 28), {})}), QWEN25, video_max_pixels=None)
-
-
-def test_invalid_video_params_name_the_sample():
-    sample = RolloutSample(id="s3", prompt="q", videos=("v",), video_params={"fps": -1})
-    with pytest.raises(MediaError, match="sample 's3': invalid video_params"):
-        load_media(sample, DictSource({}), QWEN25, video_max_pixels=None)

@@ -12,7 +12,15 @@ from services.rollout.samples import RolloutResponse, RolloutSample
 
 def online(k: int) -> list[RolloutResponse]:
     return [
-        RolloutResponse(token_ids=[i], logprobs=[-1.0], text=str(i), finish_reason="stop") for i in range(k)
+        RolloutResponse(
+            token_ids=[i],
+            logprobs=[-1.0],
+            text=str(i),
+            finish_reason="stop",
+            weight_version=0,
+            weight_versions=((0, 0),),
+        )
+        for i in range(k)
     ]
 
 

@@ -48,7 +48,9 @@ def test_unknown_model_types_are_named():
 
 
 def test_prompt_puts_images_then_videos_then_the_question(checkpoint):
-    sample = RolloutSample(id="s", prompt="What changes?", system="Be brief.", images=("i",), videos=("v",))
+    sample = RolloutSample(
+        id="s", prompt="What changes?", system="Be brief.", images=("i",), videos=("v",), check_params=False
+    )
     assert render_prompt(checkpoint.processor, sample) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n"
         "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
@@ -66,7 +68,9 @@ def test_prompt_puts_images_then_videos_then_the_question(checkpoint):
 )
 def test_placeholders_in_the_question_text_are_errors_naming_the_sample(checkpoint, prompt, videos, message):
     with pytest.raises(PlaceholderMismatch, match=message):
-        render_prompt(checkpoint.processor, RolloutSample(id="bad-1", prompt=prompt, videos=videos))
+        render_prompt(
+            checkpoint.processor, RolloutSample(id="bad-1", prompt=prompt, videos=videos, check_params=False)
+        )
 
 
 def test_processor_kwargs_keep_stored_videos_and_bound_images(make_config):
@@ -81,7 +85,7 @@ def test_processor_kwargs_keep_stored_videos_and_bound_images(make_config):
 def test_engine_input_counts_the_video_tokens_it_expects(checkpoint, make_config):
     clip = np.zeros((8, 56, 84, 3), dtype=np.uint8)
     media = SampleMedia(videos=[(clip, {"fps": 30.0})])
-    sample = RolloutSample(id="s", prompt="q", videos=("v",))
+    sample = RolloutSample(id="s", prompt="q", videos=("v",), check_params=False)
     item = engine_input(checkpoint.processor, sample, media, checkpoint.family, make_config())
     # (8/2)·(56/14)·(84/14) / 2² = 4·4·6/4 = 24
     assert item.video_tokens == 24
@@ -97,7 +101,11 @@ def test_text_only_samples_send_no_media(checkpoint, make_config):
 
 
 def test_feature_count_mismatch_names_the_sample_and_its_clips():
-    item = EngineInput(sample=RolloutSample(id="s7", prompt="q", videos=("k1",)), prompt={}, video_tokens=16)
+    item = EngineInput(
+        sample=RolloutSample(id="s7", prompt="q", videos=("k1",), check_params=False),
+        prompt={},
+        video_tokens=16,
+    )
     check_feature_count(item, [1] + [5] * 16 + [2], video_token_id=5)
     with pytest.raises(
         PlaceholderMismatch, match=r"sample 's7': .* 15 video tokens but its clips \['k1'\] hold 16"
@@ -106,7 +114,7 @@ def test_feature_count_mismatch_names_the_sample_and_its_clips():
 
 
 class NoFrames:
-    def load(self, key, expect=None):
+    def load(self, key, expect):
         raise AssertionError(f"media of {key} loaded before the offline outputs were checked")
 
 
@@ -116,8 +124,8 @@ def test_a_too_long_offline_output_fails_before_any_media_is_loaded(checkpoint, 
     length = len(checkpoint.tokenizer(text, add_special_tokens=False).input_ids) + 1  # + <|im_end|>
     assert length > 4
     samples = [
-        RolloutSample(id="ok", prompt="q", videos=("v",)),
-        RolloutSample(id="wordy", prompt="q", videos=("v",), offline_output=text),
+        RolloutSample(id="ok", prompt="q", videos=("v",), check_params=False),
+        RolloutSample(id="wordy", prompt="q", videos=("v",), check_params=False, offline_output=text),
     ]
     with pytest.raises(
         ValueError, match=rf"sample 'wordy': offline_output is {length} tokens .* max_tokens=4"
@@ -129,7 +137,7 @@ def test_a_too_long_offline_output_fails_before_any_media_is_loaded(checkpoint, 
 
 
 def test_more_media_than_the_engine_allows_is_refused_naming_the_sample():
-    two_videos = RolloutSample(id="s7", prompt="Compare.", videos=("k1", "k2"))
+    two_videos = RolloutSample(id="s7", prompt="Compare.", videos=("k1", "k2"), check_params=False)
     check_media_counts(two_videos, {"video": 2, "image": 1})
     with pytest.raises(ValueError, match=r"sample 's7': 2 video\(s\) but .*limit_mm_per_prompt allows 1"):
         check_media_counts(two_videos, {"video": 1, "image": 1})

@@ -7,14 +7,17 @@ import copy
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from services.rollout.samples import RolloutResponse
 from services.rollout.weight_sync import safetensors_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FAMILY = "qwen3_vl"
+TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -29,40 +32,56 @@ def ray_session():
     shutil.rmtree(temp, ignore_errors=True)
 
 
+def gap(expected: torch.Tensor, got: list[float]) -> float:
+    return (expected - torch.tensor(got)).abs().max().item()
+
+
 def test_rollout_worker_actor(
-    ray_session, tiny_models, clips, video_sample, hf_model, make_config, shm_segments
+    ray_session, tiny_models, clips, video_sample, hf_model, hf_logprobs, make_config, shm_segments
 ):
+    from services.rollout.checkpoint import Checkpoint
     from services.rollout.worker import rollout_actor_class
 
     ray = ray_session
     before = shm_segments()
+    config = make_config()
     actor = rollout_actor_class(num_cpus=1).remote(
-        str(tiny_models[FAMILY]), make_config().model_dump(), str(clips.store.root)
+        str(tiny_models[FAMILY]), config.model_dump(), str(clips.store.root)
+    )
+    # what hf_logprobs needs of an engine, on this side of the actor boundary
+    local = SimpleNamespace(
+        checkpoint=Checkpoint.load(tiny_models[FAMILY]), source=clips.store, config=config
     )
     try:
         info = ray.get(actor.info.remote(), timeout=300)
         segments = shm_segments() - before
-        assert info["family"] == FAMILY
-        sample = video_sample(FAMILY, "wide", "ray-1").model_dump()
+        assert info["family"] == FAMILY and info["weight_version"] == 0
+        sample = video_sample(FAMILY, "wide", "ray-1")
 
-        (group,) = ray.get(actor.rollout.remote([sample], temperature=0.0, n=1))
+        (group,) = ray.get(actor.rollout.remote([sample.model_dump()], temperature=0.0, n=1))
         assert group["sample_id"] == "ray-1"
-        greedy = group["responses"][0]
-        assert len(greedy["token_ids"]) == len(greedy["logprobs"]) > 0
-
+        greedy = RolloutResponse.model_validate(group["responses"][0])
+        assert greedy.weight_versions == ((0, 0),)
         old = hf_model(tiny_models[FAMILY])
+        assert gap(hf_logprobs(local, old, sample, greedy.token_ids), greedy.logprobs) < TOLERANCE
+
         new = copy.deepcopy(old)
         with torch.no_grad():
             for p in new.parameters():
                 p.mul_(-1.0)  # a different model for sure; same shapes
         ray.get(actor.push_weights.remote(safetensors_bytes(new.state_dict())))
-        changed = ray.get(actor.rollout.remote([sample], temperature=0.0, n=1))[0]["responses"][0]
-        assert changed["logprobs"] != greedy["logprobs"]
+        (group,) = ray.get(actor.rollout.remote([sample.model_dump()], temperature=0.0, n=1))
+        changed = RolloutResponse.model_validate(group["responses"][0])
+        # the pushed weights produced these tokens, and the response says so
+        assert gap(hf_logprobs(local, new, sample, changed.token_ids), changed.logprobs) < TOLERANCE
+        assert changed.weight_versions == ((0, 1),)
 
         ray.get(actor.push_weights.remote(safetensors_bytes(old.state_dict())))
-        again = ray.get(actor.rollout.remote([sample], temperature=0.0, n=1))[0]["responses"][0]
-        assert again["token_ids"] == greedy["token_ids"]
-        assert max(abs(a - b) for a, b in zip(again["logprobs"], greedy["logprobs"], strict=True)) < 1e-5
+        (group,) = ray.get(actor.rollout.remote([sample.model_dump()], temperature=0.0, n=1))
+        again = RolloutResponse.model_validate(group["responses"][0])
+        assert again.token_ids == greedy.token_ids
+        assert gap(torch.tensor(greedy.logprobs), again.logprobs) < TOLERANCE
+        assert again.weight_versions == ((0, 2),)
     finally:
         ray.get(actor.shutdown.remote(), timeout=120)
         ray.kill(actor)

@@ -33,4 +33,4 @@ def test_other_expected_params_and_unknown_keys_are_errors(clips, realtime):
     ):
         source.load(key, expect=other)
     with pytest.raises(KeyError, match="clip nope is not known"):
-        source.load("nope")
+        source.load("nope", expect=None)

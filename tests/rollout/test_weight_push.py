@@ -37,16 +37,22 @@ def test_logprobs_follow_the_pushed_weights(
     old = hf_model(tiny_models[family])
     new = perturbed(old, seed=1)
     sample = video_sample(family, "tall_in_time", f"push-{family}")
-    engine.rollout([sample], n=1)  # the clip is now in the encoder and prefix caches
+    start = engine.weight_version  # the shared engine may have seen pushes already
+    (before,) = engine.rollout([sample], n=1)[0].responses  # the clip is now in the encoder/prefix caches
+    assert (before.weight_version, before.weight_versions) == (start, ((0, start),))
     try:
         engine.push_weights(new.state_dict(), transport=transport)
+        assert engine.weight_version == start + 1
         for response in engine.rollout([sample])[0].responses:
             assert gap(hf_logprobs(engine, new, sample, response.token_ids), response.logprobs) < TOLERANCE
             assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) > 1e-3
+            assert (response.weight_version, response.weight_versions) == (start + 1, ((0, start + 1),))
     finally:
         engine.push_weights(safetensors_bytes(old.state_dict()))  # raw bytes: the other entry point
     for response in engine.rollout([sample])[0].responses:
         assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) < TOLERANCE
+        # the old weights again, but pushed: a new version
+        assert (response.weight_version, response.weight_versions) == (start + 2, ((0, start + 2),))
 
 
 def test_a_checkpoint_folder_can_be_pushed(
@@ -74,8 +80,10 @@ def test_a_push_without_the_vision_tower_is_refused_and_the_old_weights_stay(
     old = hf_model(tiny_models["qwen2_5_vl"])
     new = perturbed(old, seed=4)
     language_only = {k: v for k, v in new.state_dict().items() if not k.startswith("model.visual.")}
+    start = engine.weight_version
     with pytest.raises(ValueError, match=r"state dict does not match .* missing \(e\.g\. \['model\.visual\."):
         engine.push_weights(language_only, transport=transport)
+    assert engine.weight_version == start  # refused before anything reached the workers
     sample = video_sample("qwen2_5_vl", "wide", f"refused-{transport}")
     response = engine.rollout([sample], n=1)[0].responses[0]
     assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) < TOLERANCE
