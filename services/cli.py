@@ -13,6 +13,8 @@ cache_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain the fra
 app.add_typer(serve_app, name="serve")
 app.add_typer(worker_app, name="worker")
 app.add_typer(cache_app, name="cache")
+db_app = typer.Typer(no_args_is_help=True, help="Maintain the database schema.")
+app.add_typer(db_app, name="db")
 
 
 @app.command()
@@ -66,9 +68,21 @@ def cache_sweep(older_than: float = typer.Option(3600.0, help="Age in seconds.")
     typer.echo(f"removed {FrameStore.from_settings().sweep_tmp(older_than)} partial entries")
 
 
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every pending migration and exit (services also migrate on start; this runs it once, first)."""
+    from services.common.db.engine import ensure_schema
+
+    engine = ensure_schema()
+    typer.echo(f"schema up to date: {engine.url.render_as_string(hide_password=True)}")
+
+
 @worker_app.command("preprocess")
 def worker_preprocess(concurrency: int = typer.Option(2, "-c", "--concurrency", min=1)) -> None:
     """A preprocessing worker (prefork pool) on the configured broker."""
+    from services.common.observability import serve_worker_metrics
+
+    serve_worker_metrics()  # first: the pool processes must inherit its metrics folder
     from services.common.celery_app import app as celery
 
     celery.worker_main(

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     def is_embedded_broker(self) -> bool:
         return self.resolved_broker_url.startswith("filesystem://")
 
+    # Prometheus exporter of queue workers and the trainer (services.common.observability); unset: none.
+    # Loopback by default: containers and pods set 0.0.0.0 so the scraper can reach it.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

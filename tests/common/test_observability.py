@@ -1,0 +1,194 @@
+"""Exporters of queue workers and the trainer: the metric values, the endpoint, the pool-process sums."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+import uuid
+
+import pytest
+from celery import Celery
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from services.common.celery_app import make_celery
+from services.common.db.engine import ensure_schema
+from services.common.observability import (
+    TrainerMetrics,
+    WorkerMetrics,
+    _LiveProcessCollector,
+    start_exporter,
+)
+from services.common.settings import get_settings, reset_settings_cache
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def test_trainer_step_metrics_keep_the_latest_value_of_each_key():
+    registry = CollectorRegistry()
+    metrics = TrainerMetrics(registry)
+    metrics.observe_step(1, {"step": 1, "reward/accuracy": 0.25, "val/accuracy": 0.5, "timing/gen_s": 3})
+    metrics.observe_step(2, {"step": 2, "reward/accuracy": 0.75, "timing/gen_s": 2.5})
+
+    def value(key: str) -> float | None:
+        return registry.get_sample_value("reelrl_trainer_metric", {"key": key})
+
+    assert registry.get_sample_value("reelrl_trainer_step") == 2
+    assert value("reward/accuracy") == 0.75
+    assert value("timing/gen_s") == 2.5
+    assert value("val/accuracy") == 0.5  # logged at step 1 only: kept until the next evaluation
+    assert value("step") is None
+
+
+def test_trainer_metric_that_is_not_a_number_is_refused_by_name():
+    metrics = TrainerMetrics(CollectorRegistry())
+    with pytest.raises(TypeError, match=r"'reward/accuracy' at step 7 is str"):
+        metrics.observe_step(7, {"reward/accuracy": "0.5"})
+
+
+def test_exporter_serves_the_registry():
+    registry = CollectorRegistry()
+    TrainerMetrics(registry).observe_step(4, {"reward/format": 1.0})
+    server = start_exporter(registry, 0, "127.0.0.1")
+    try:
+        samples = _samples(_scrape(server.port))
+    finally:
+        server.close()
+    assert samples[("reelrl_trainer_step", frozenset())] == 4
+    assert samples[("reelrl_trainer_metric", frozenset({("key", "reward/format")}))] == 1.0
+
+
+def test_worker_metrics_count_tasks_by_queue_and_state():
+    app = Celery("observability-test", broker="memory://", set_as_current=False)
+
+    @app.task(name="t.ok")
+    def ok() -> str:
+        return "done"
+
+    @app.task(name="t.boom")
+    def boom() -> None:
+        raise ValueError("boom")
+
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    metrics.connect()
+    try:
+        ok.apply(routing_key="q1")
+        ok.apply(routing_key="q1")
+        boom.apply(routing_key="q2")
+    finally:
+        metrics.disconnect()
+    ok.apply(routing_key="q1")  # after disconnect: not counted
+
+    def get(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert get("reelrl_worker_tasks_total", queue="q1", task="t.ok", state="success") == 2
+    assert get("reelrl_worker_tasks_total", queue="q2", task="t.boom", state="failure") == 1
+    assert get("reelrl_worker_task_seconds_count", queue="q1", task="t.ok") == 2
+    assert get("reelrl_worker_tasks_active", queue="q1") == 0
+    assert get("reelrl_worker_tasks_active", queue="q2") == 0
+
+
+_GAUGE_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    from prometheus_client import Gauge
+    Gauge("running", "in-flight", multiprocess_mode="livesum").inc()
+    print(os.getpid(), flush=True)
+    if sys.argv[1] == "stay":
+        sys.stdin.read()
+    os._exit(0)  # like a pool process recycled mid-task: no clean-up of its files
+    """
+)
+
+
+def test_pool_collector_drops_the_in_flight_count_of_dead_processes(tmp_path):
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    gone = subprocess.run(
+        [sys.executable, "-c", _GAUGE_CHILD, "exit"], env=env, capture_output=True, text=True, check=True
+    )
+    staying = subprocess.Popen(
+        [sys.executable, "-c", _GAUGE_CHILD, "stay"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        staying_pid = int(staying.stdout.readline())
+        assert {p.name for p in tmp_path.iterdir()} == {
+            f"gauge_livesum_{int(gone.stdout)}.db",
+            f"gauge_livesum_{staying_pid}.db",
+        }
+        families = {f.name: f for f in _LiveProcessCollector(tmp_path).collect()}
+        assert [s.value for s in families["running"].samples] == [1.0]
+        assert {p.name for p in tmp_path.iterdir()} == {f"gauge_livesum_{staying_pid}.db"}
+    finally:
+        staying.communicate("")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_preprocess_worker_exports_the_tasks_its_pool_processes_ran(reelrl_home, monkeypatch):
+    # The embedded broker keeps this worker's queue private (the exporter does not depend on the broker).
+    port = _free_port()
+    monkeypatch.setenv("REELRL_METRICS_PORT", str(port))
+    reset_settings_cache()
+    ensure_schema()  # as the deployment's one-shot migration does: pool processes do not race to create it
+    env = {**os.environ, "PYTHONWARNINGS": "ignore:You're running the worker with superuser privileges"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "worker", "preprocess", "-c", "2"],
+        env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        app = make_celery(get_settings())
+        key = f"missing-{uuid.uuid4().hex}"
+        for _ in range(3):  # an unknown clip: the task finishes at once, reporting it
+            app.send_task("reelrl.preprocess.clip", args=[key], queue="preprocess")
+        wanted = ("reelrl_worker_tasks_total", frozenset(
+            {("queue", "preprocess"), ("task", "reelrl.preprocess.clip"), ("state", "success")}
+        ))  # fmt: skip
+        deadline = time.monotonic() + 180
+        samples: dict = {}
+        while time.monotonic() < deadline and samples.get(wanted) != 3:
+            assert worker.poll() is None, f"worker exited with {worker.returncode}"
+            with contextlib.suppress(OSError):  # not listening yet
+                samples = _samples(_scrape(port))
+            time.sleep(0.5)
+        assert samples.get(wanted) == 3
+        labels = frozenset({("queue", "preprocess"), ("task", "reelrl.preprocess.clip")})
+        finished = sum(
+            value for (name, sample_labels), value in samples.items()
+            if name == "reelrl_worker_tasks_total" and labels < sample_labels
+        )  # fmt: skip
+        assert samples[("reelrl_worker_task_seconds_count", labels)] == finished
+        assert samples[("reelrl_worker_tasks_active", frozenset({("queue", "preprocess")}))] == 0
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
