@@ -1,0 +1,194 @@
+"""What a benchmark adapter is: official annotation files in, shared ``Sample``s out, the benchmark's
+prompt protocol, and its own aggregation of per-item scores (which come from the reward library).
+
+An adapter is one class in one module, registered by name (:mod:`services.eval.benchmarks.registry`).
+Paths: ``annotations`` are globs relative to the benchmark's root folder (``<data-root>/<name>``), and
+every ``Sample.videos`` path is relative to that root (or to a configured video root).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from services.common.families import FamilyName
+from services.common.samples import Sample, reward_fields, to_sample
+from services.eval.benchmarks.aggregate import accuracy_summary
+from services.eval.benchmarks.errors import BenchmarkError
+from services.eval.benchmarks.options import render
+from services.eval.benchmarks.results import ItemResult, Summary
+from services.reward import render_prompt, template_version
+
+JUDGE_PROMPT = (
+    "You are given a question about a video, the ground-truth answer and a model's response. The model "
+    "response should contain all information in the ground-truth answer and must not contradict it. Judge "
+    "whether the model response is correct.\n\nQuestion: {question}\nGround-truth answer: {answer}\n"
+    "Model response: {response}\n\nDirectly output 'Correct' or 'Incorrect'."
+)
+JUDGE_OPTIONS = ("A. Correct", "B. Incorrect")
+
+
+def fixed(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only mapping for an adapter's class-level tables (shared by every instance)."""
+    return MappingProxyType(dict(values))
+
+
+class NoOptions(BaseModel):
+    """Adapters without options of their own; unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Benchmark:
+    """Subclasses set the class attributes and implement :meth:`load`. The defaults render
+    ``templates["prompt"]`` with ``{question}`` and ``{options}`` (in ``option_style``) and aggregate
+    accuracy with the ``breakdowns`` (name → extra field), macro-averaged over ``macro_over`` if set."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    # Globs (relative to the benchmark root) that find the official annotation files.
+    annotations: ClassVar[tuple[str, ...]]
+    # Protocol defaults of the clip parameters (VideoParams fields except family).
+    video: ClassVar[Mapping[str, Any]] = fixed({"fps": None, "nframes": 32})
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    # The protocol's prompt texts; hashed into the prompt version recorded in every result's manifest.
+    templates: ClassVar[Mapping[str, str]] = fixed({})
+    system: ClassVar[str | None] = None
+    option_style: ClassVar[str] = "{letter}. {text}"
+    option_sep: ClassVar[str] = "\n"
+    breakdowns: ClassVar[Mapping[str, str]] = fixed({})
+    macro_over: ClassVar[str | None] = None
+    # Problem types whose answers an LLM judge grades when one is configured.
+    judged_types: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, root: Path | None = None, **options: Any) -> None:
+        #: the benchmark's root folder (subtitles and other side files are found under it)
+        self.root = Path(root) if root is not None else None
+        self.options = self.Options.model_validate(options)
+
+    # --- files -------------------------------------------------------------------------------------------
+
+    def find_annotations(self, path: Path) -> list[Path]:
+        """The annotation files at ``path``: the file itself, or every match of :attr:`annotations` under
+        a folder. Nothing found is an error naming the globs tried."""
+        path = Path(path)
+        if path.is_file():
+            return [path]
+        if not path.is_dir():
+            raise BenchmarkError(f"{self.name}: annotations {path} do not exist")
+        found = sorted({p for pattern in self.annotations for p in path.glob(pattern) if p.is_file()})
+        if not found:
+            raise BenchmarkError(
+                f"{self.name}: no annotation files under {path} (looked for {', '.join(self.annotations)})"
+            )
+        return found
+
+    def load(self, files: Sequence[Path]) -> list[Sample]:
+        """Every scorable sample of the official annotation ``files``, with stable ids."""
+        raise NotImplementedError
+
+    def load_checked(self, files: Sequence[Path]) -> list[Sample]:
+        """:meth:`load`, refusing duplicate ids (two records sharing one id would share one result)."""
+        samples = self.load(files)
+        seen: set[str] = set()
+        for sample in samples:
+            if sample.id in seen:
+                raise BenchmarkError(
+                    f"{self.name}: duplicate sample id {sample.id!r} in {list(map(str, files))}"
+                )
+            seen.add(sample.id)
+        return samples
+
+    # --- prompts -----------------------------------------------------------------------------------------
+
+    def prompt(
+        self,
+        sample: Sample,
+        family: FamilyName | str,
+        thinking: bool = False,
+        clip_meta: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """The user prompt: the benchmark's protocol, or (``thinking``) the shared thinking template that
+        training uses, so a model trained with it is evaluated in its own format."""
+        if thinking:
+            return render_prompt(self.prompt_view(sample), "thinking")
+        return self.instruct_prompt(sample, clip_meta)
+
+    def prompt_view(self, sample: Sample) -> dict[str, Any]:
+        """What the shared templates read: problem, options and type (never the boxes of the answer)."""
+        view = {"problem": sample.problem, "problem_type": sample.problem_type, "answer": "-"}
+        if sample.options is not None:
+            view["options"] = sample.options
+        return view
+
+    def template_for(self, sample: Sample) -> str:
+        return self.templates["prompt"]
+
+    def prompt_fields(self, sample: Sample, clip_meta: list[dict[str, Any]] | None) -> dict[str, Any]:
+        options = render(sample.options, self.option_style, self.option_sep) if sample.options else ""
+        return {"question": sample.problem, "options": options}
+
+    def instruct_prompt(self, sample: Sample, clip_meta: list[dict[str, Any]] | None) -> str:
+        if not self.templates:
+            return render_prompt(self.prompt_view(sample), "instruct")
+        return self.template_for(sample).format(**self.prompt_fields(sample, clip_meta))
+
+    def system_prompt(self, sample: Sample, thinking: bool = False) -> str | None:
+        return None if thinking else self.system
+
+    def prompt_version(self, sample: Sample, thinking: bool = False) -> str:
+        """Hash of the prompt templates used for ``sample`` (the manifest's prompt template version)."""
+        if thinking or not self.templates:
+            return template_version(sample.problem_type, "thinking" if thinking else "instruct")
+        text = json.dumps({"templates": dict(self.templates), "system": self.system}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    # --- scoring -----------------------------------------------------------------------------------------
+
+    def reward_sample(
+        self, sample: Sample, family: FamilyName | str, clip_meta: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """The reward library's view of ``sample``, with boxes in ``family``'s coordinate space.
+
+        Breakdown fields stay out: a benchmark's ``duration`` ("short") or ``width`` is not the clip
+        extent the reward library reads under those names (that comes from ``clip_meta``)."""
+        core = Sample.model_validate(sample.model_dump(include=set(Sample.model_fields)))
+        return reward_fields(core, family, clip_meta)
+
+    def item_details(
+        self, sample: Sample, reward_sample: dict[str, Any], result: ItemResult
+    ) -> dict[str, Any]:
+        """Extra per-item figures the aggregation needs beyond accuracy (none by default)."""
+        return {}
+
+    def uses_judge(self, sample: Sample) -> bool:
+        """Whether a configured LLM judge grades ``sample`` (its verdict replaces the rule-based score)."""
+        return sample.problem_type in self.judged_types
+
+    def judge_prompt(self, sample: Sample, response: str) -> str:
+        """What the judge model is asked about one response (VideoReasonBench's official judge wording)."""
+        return JUDGE_PROMPT.format(question=sample.problem, answer=sample.answer, response=response.strip())
+
+    def judge_reward_sample(self, sample: Sample) -> dict[str, Any]:
+        """How the reward library reads the judge's reply: "Correct" is option A, "Incorrect" option B."""
+        return {
+            "id": f"{sample.id}#judge",
+            "problem_type": "multiple choice",
+            "options": JUDGE_OPTIONS,
+            "answer": "A",
+        }
+
+    def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
+        """Overall score and the benchmark's own breakdowns over ``samples`` (each has a result)."""
+        return accuracy_summary(self.name, samples, results, self.breakdowns, macro_over=self.macro_over)
+
+
+def make_sample(fields: dict[str, Any], *, where: str) -> Sample:
+    """A ``Sample`` from an adapter's normalised fields; a bad record raises SampleError naming ``where``."""
+    return to_sample(fields, where=where)

@@ -1,0 +1,104 @@
+"""Video-MMMU (videommmu/VideoMMMU): knowledge acquisition from lecture videos in three tracks.
+
+Files: the official ``data/{perception,comprehension,adaptation}_video.json`` ({"Perception": {"0":
+{id, question, options [10 texts], answer, question_type?}}}) or HF lmms-lab/VideoMMMU
+``<Track>/test-*.parquet`` rows. Videos ``videos/<id>.mp4``. Adaptation questions have an image that the
+official protocol appends to the video as its last frame; that image is not appended here. Open
+Adaptation answers are numbers (numerical) or text (open-ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from services.common.samples import Sample
+from services.eval.benchmarks.aggregate import accuracy_summary
+from services.eval.benchmarks.base import Benchmark, fixed, make_sample
+from services.eval.benchmarks.errors import BenchmarkError
+from services.eval.benchmarks.files import read_json, read_rows, require
+from services.eval.benchmarks.options import lettered
+from services.eval.benchmarks.registry import register
+from services.eval.benchmarks.results import ItemResult, Summary
+from services.reward.extract.numbers import single_reading
+
+TRACKS = ("Perception", "Comprehension", "Adaptation")
+_ADAPT = (
+    "You should watch and learn the video content. Then apply what you learned to answer the following "
+    "{kind} question. The image for this question is at the end of the video.\n{question}"
+)
+
+
+def _track_of(path: Path) -> str:
+    for part in (path.stem, path.parent.name):
+        for track in TRACKS:
+            if part.lower().startswith(track.lower()):
+                return track
+    raise BenchmarkError(f"{path}: cannot tell the Video-MMMU track (Perception, Comprehension, Adaptation)")
+
+
+def _subject(item_id: str) -> str | None:
+    """``dev_Biology_3`` → ``Biology``."""
+    parts = item_id.split("_")
+    return "_".join(parts[1:-1]) if len(parts) >= 3 else None
+
+
+@register
+class VideoMMMU(Benchmark):
+    name = "videommmu"
+    title = "Video-MMMU"
+    annotations = ("data/*_video.json", "*/test-*.parquet")
+    templates = fixed(
+        {
+            "plain": "{question}\n{options}\nPlease ignore the Quiz question in last frame of the video.",
+            "adaptation mc": _ADAPT.replace("{kind}", "multi-choice") + "\n{options}",
+            "adaptation open": _ADAPT.replace("{kind}", "open-ended"),
+        }
+    )
+    breakdowns = fixed({"track": "track", "subject": "subject"})
+
+    def load(self, files: Sequence[Path]) -> list[Sample]:
+        samples = []
+        for path in files:
+            track = _track_of(path)
+            for where, row in _records(path, track):
+                item_id = str(require(row, "id", where))
+                answer = str(require(row, "answer", where)).strip()
+                fields: dict[str, Any] = {
+                    "id": f"{track}/{item_id}",
+                    "problem": require(row, "question", where),
+                    "data_type": "video",
+                    "videos": [f"videos/{item_id}.mp4"],
+                    "answer": answer,
+                    "track": track,
+                    "subject": _subject(item_id),
+                }
+                if row.get("question_type") == "open" or not row.get("options"):
+                    kind = "numerical" if single_reading(answer) is not None else "open-ended"
+                    fields["problem_type"] = kind
+                else:
+                    fields.update(problem_type="multiple choice", options=lettered(row["options"]))
+                samples.append(make_sample(fields, where=where))
+        return samples
+
+    def template_for(self, sample: Sample) -> str:
+        if sample.extra("track") != "Adaptation":
+            return self.templates["plain"]
+        return self.templates[
+            "adaptation mc" if sample.problem_type == "multiple choice" else "adaptation open"
+        ]
+
+    def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
+        return accuracy_summary(self.name, samples, results, self.breakdowns)
+
+
+def _records(path: Path, track: str) -> list[tuple[str, dict[str, Any]]]:
+    if path.suffix.lower() != ".json":
+        return read_rows(path)
+    data = read_json(path)
+    if isinstance(data, dict):
+        inner = data.get(track, data)
+        items = inner.items() if isinstance(inner, dict) else enumerate(inner)
+        return [(f"{path}[{track}][{k}]", v) for k, v in items]
+    return read_rows(path)

@@ -1,0 +1,75 @@
+"""Run outputs, written atomically (temp file + rename): per-benchmark summary JSON and a Markdown table,
+per-sample JSONL, and the run manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from services.eval.benchmarks import Summary
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    return _write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    return _write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def markdown_table(summaries: Sequence[Summary]) -> str:
+    """One row per benchmark (headline and named metrics), then one table per breakdown."""
+    lines = [
+        "| benchmark | metric | overall | samples | missing | errors | judged |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s.benchmark} | {s.metric} | {s.overall:.2f} | {s.count} | {len(s.missing)} | {len(s.errors)} | "
+            f"{s.judged} |"
+        )
+    for s in summaries:
+        lines += ["", f"## {s.benchmark}", ""]
+        if s.metrics:
+            lines += ["| metric | value |", "|---|---|"]
+            lines += [f"| {k} | {v:.2f} |" for k, v in s.metrics.items()]
+        for name, cells in s.breakdowns.items():
+            lines += ["", f"**{name}**", "", f"| {name} | score | n |", "|---|---|---|"]
+            lines += [f"| {key} | {c.score:.2f} | {c.count} |" for key, c in cells.items()]
+        for note in s.notes:
+            lines += ["", f"> {note}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_summaries(out_dir: Path, summaries: Sequence[Summary]) -> dict[str, Path]:
+    """``<name>.summary.json`` per benchmark, ``summary.json`` (all) and ``summary.md``."""
+    paths = {}
+    for s in summaries:
+        paths[s.benchmark] = write_json_atomic(
+            out_dir / f"{s.benchmark}.summary.json", s.model_dump(mode="json")
+        )
+    paths["summary.json"] = write_json_atomic(
+        out_dir / "summary.json", {s.benchmark: s.model_dump(mode="json") for s in summaries}
+    )
+    paths["summary.md"] = _write_atomic(out_dir / "summary.md", markdown_table(summaries))
+    return paths

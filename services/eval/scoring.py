@@ -1,0 +1,138 @@
+"""Scoring a benchmark's responses: every accuracy comes from the reward library (``score_items``: a bad
+item fails alone), and a judge's verdict is itself read by the reward library. A sample without a
+prediction scores 0 and is listed as missing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from services.common.families import FamilyName
+from services.common.samples import Sample
+from services.eval.benchmarks import Benchmark, ItemResult, Summary
+from services.reward import RewardConfig, score_items
+
+
+class Prediction(BaseModel):
+    """One line of a predictions file: ``{"id", "response"}``, optionally the clip's frame-store metadata
+    (needed to place boxes in Qwen2.5-VL's pixel space) and a judge's reply."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    response: str
+    clip_meta: list[dict[str, Any]] | None = None
+    judge_response: str | None = Field(None, description="the LLM judge's reply, when one graded this answer")
+
+
+def read_predictions(path: Path) -> dict[str, Prediction]:
+    """``id`` → prediction from a JSONL file; a bad line or a repeated id is an error naming the line."""
+    import json
+
+    out: dict[str, Prediction] = {}
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                prediction = Prediction.model_validate(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"{path}:{n}: {problems}") from None
+            if prediction.id in out:
+                raise ValueError(f"{path}:{n}: a second prediction for id {prediction.id!r}")
+            out[prediction.id] = prediction
+    return out
+
+
+def missing(sample: Sample) -> ItemResult:
+    return ItemResult(id=sample.id, accuracy=0.0, missing=True, problem_type=sample.problem_type)
+
+
+def score_one(
+    benchmark: Benchmark,
+    sample: Sample,
+    response: str,
+    family: FamilyName | str,
+    clip_meta: list[dict[str, Any]] | None = None,
+    judge_response: str | None = None,
+    config: RewardConfig | None = None,
+) -> ItemResult:
+    """The item result of one response (and, if the benchmark's judge graded it, the judge's reply)."""
+    return score_many(benchmark, [(sample, response, clip_meta, judge_response)], family, config)[0]
+
+
+def score_many(
+    benchmark: Benchmark,
+    items: Sequence[tuple[Sample, str, list[dict[str, Any]] | None, str | None]],
+    family: FamilyName | str,
+    config: RewardConfig | None = None,
+) -> list[ItemResult]:
+    """``(sample, response, clip_meta, judge_response)`` → item results, in order."""
+    config = config or RewardConfig()
+    views: list[dict[str, Any] | None] = []
+    errors: list[str | None] = []
+    for sample, _, clip_meta, _ in items:
+        try:
+            views.append(benchmark.reward_sample(sample, family, clip_meta))
+            errors.append(None)
+        except ValueError as exc:  # e.g. box answers without the clip's frame size
+            views.append(None)
+            errors.append(str(exc))
+    pairs: list[tuple[Any, str]] = []
+    for (sample, response, _, judge), view in zip(items, views, strict=True):
+        pairs.append((view or {"problem_type": sample.problem_type}, response))
+        if judge is not None:
+            pairs.append((benchmark.judge_reward_sample(sample), judge))
+    scored = iter(score_items(pairs, config))
+    results = []
+    for (sample, response, _, judge), view, error in zip(items, views, errors, strict=True):
+        rule = next(scored)
+        verdict = next(scored) if judge is not None else None
+        chosen = verdict if verdict is not None else rule
+        item = ItemResult(
+            id=sample.id,
+            accuracy=0.0 if error else chosen.accuracy,
+            format=rule.format,
+            response=response,
+            extracted=rule.extracted,
+            problem_type=rule.problem_type or sample.problem_type,
+            error=error or rule.error or (verdict.error if verdict else None),
+            judged=verdict is not None,
+        )
+        if view is not None and not item.error:
+            item = item.model_copy(update={"details": benchmark.item_details(sample, view, item)})
+        results.append(item)
+    return results
+
+
+def score_predictions(
+    benchmark: Benchmark,
+    samples: Sequence[Sample],
+    predictions: Mapping[str, Prediction],
+    family: FamilyName | str,
+    config: RewardConfig | None = None,
+) -> dict[str, ItemResult]:
+    """Every sample's result; samples without a prediction are missing (scored 0)."""
+    given = [
+        (s, predictions[s.id].response, predictions[s.id].clip_meta, predictions[s.id].judge_response)
+        for s in samples
+        if s.id in predictions
+    ]
+    results = {r.id: r for r in score_many(benchmark, given, family, config)}
+    return {s.id: results.get(s.id) or missing(s) for s in samples}
+
+
+def unknown_predictions(samples: Iterable[Sample], predictions: Mapping[str, Prediction]) -> list[str]:
+    """Prediction ids that name no sample (a wrong file, or ids from another tool)."""
+    ids = {s.id for s in samples}
+    return sorted(p for p in predictions if p not in ids)
+
+
+def summarise(benchmark: Benchmark, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
+    return benchmark.aggregate(samples, results)

@@ -1,0 +1,37 @@
+"""Video-MMMU: the official per-track nested JSON, ten-option questions, an open numeric answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.eval.benchmarks import get_benchmark
+from tests.eval.conftest import write_json
+
+TEN = [f"choice {i}" for i in range(10)]
+
+
+def test_tracks(tmp_path, evaluate):
+    write_json(tmp_path / "data" / "perception_video.json", {"Perception": {
+        "0": {"id": "dev_Biology_3", "link_selected": "", "question": "What organelle is shown?", "options": TEN,
+              "answer": "G"}}})  # fmt: skip
+    write_json(tmp_path / "data" / "adaptation_video.json", {"Adaptation": {
+        "0": {"id": "test_Math_1", "question": "<image 1> Which graph fits?", "options": TEN, "answer": "B",
+              "question_type": "multiple-choice"},
+        "1": {"id": "validation_Physics_5", "question": "<image 1> What is the speed in m/s?", "options": [],
+              "answer": "12.5", "question_type": "open"}}})  # fmt: skip
+    responses = {
+        "Perception/dev_Biology_3": "G",  # right
+        "Adaptation/test_Math_1": "C",  # wrong
+        "Adaptation/validation_Physics_5": "The answer is 12.50",  # right (numerical, 2 decimals)
+    }
+    out = evaluate("videommmu", tmp_path, responses)
+    assert out.by_id["Adaptation/validation_Physics_5"].problem_type == "numerical"
+    assert out.summary.overall == pytest.approx(100 * 2 / 3)
+    assert out.cell("track", "Perception") == pytest.approx(100.0)
+    assert out.cell("track", "Adaptation") == pytest.approx(50.0)
+    assert out.cell("subject", "Math") == pytest.approx(0.0)
+    prompt = get_benchmark("videommmu").prompt(out.by_id["Adaptation/validation_Physics_5"], "qwen3_vl")
+    assert prompt.startswith(
+        "You should watch and learn the video content. Then apply what you learned to answer"
+    )
+    assert "open-ended question" in prompt
