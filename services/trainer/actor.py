@@ -1,0 +1,242 @@
+"""The policy being trained and its frozen reference: HF ``AutoModelForImageTextToText``, sharded with
+FSDP2 ``fully_shard`` across ranks (gloo on CPU, NCCL on GPU), scored on exactly the tokens the rollout
+sampled (vLLM's M-RoPE rule for Qwen2/2.5-VL, :mod:`services.rollout.consistency`).
+
+One :class:`PolicyModel` per rank; with one rank it runs unsharded in the calling process. Gradients
+accumulate over micro-batches packed by token budget; every loss is normalised by the mini-batch's
+global token (or sequence) count across micro-batches and ranks, so DAPO's token-mean is global.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from services.rollout.consistency import position_ids
+from services.trainer.algorithms import entropy_from_logits
+from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
+from services.trainer.config import ActorConfig
+
+log = logging.getLogger(__name__)
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def distributed() -> tuple[int, int]:
+    """(rank, world size) of the initialised process group, or (0, 1)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks (identity with one rank)."""
+    if distributed()[1] > 1:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def lr_lambda(step: int, *, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
+    """Multiplier of the base lr after ``step`` optimizer steps: linear warmup, then constant or cosine
+    decay to ``min_ratio`` at ``total``. Example (warmup 2, total 10, cosine, floor 0): 0.5, 1.0, then
+    (1 + cos(pi * (s - 2) / 8)) / 2 for s = 2..10."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant" or total <= warmup:
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class PolicyModel:
+    """A Qwen-VL checkpoint as a scorer of response tokens (the reference model is one of these)."""
+
+    def __init__(self, config: ActorConfig, *, trainable: bool, device: str | None = None) -> None:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.config = config
+        self.rank, self.world_size = distributed()
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.processor = AutoProcessor.from_pretrained(config.model_path)
+        model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=_DTYPES[config.dtype])
+        model.to(self.device)
+        self.hf_config = model.config
+        if trainable and config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if trainable and config.freeze_vision:
+            for p in model.model.visual.parameters():
+                p.requires_grad_(False)
+        if not trainable:
+            model.requires_grad_(False)
+            model.eval()
+        else:
+            model.train()
+        if self.world_size > 1:
+            self._shard(model)
+        self.model = model
+        self.pad_id = int(self.processor.tokenizer.pad_token_id or 0)
+
+    def _shard(self, model: Any) -> None:
+        """FSDP2: each decoder layer and vision block its own unit, then the root (embeddings, head)."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        unit_names = set(getattr(model, "_no_split_modules", None) or ())
+        units = [m for m in model.modules() if type(m).__name__ in unit_names]
+        if not units:
+            raise ValueError(f"{type(model).__name__} names no _no_split_modules to shard by")
+        for module in units:
+            fully_shard(module, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+    # -- inputs ---------------------------------------------------------------------------------------
+
+    def positions(self, sequences: Sequence[TokenSequence]) -> list[torch.Tensor | None]:
+        """vLLM-rule M-RoPE ids (3, L) per sequence for the families whose HF rule differs."""
+        out = []
+        for s in sequences:
+            ids = s.prompt.input_ids + s.response_ids
+            pos = position_ids(self.hf_config, ids, s.prompt.vision, s.prompt.sample_id)
+            out.append(None if pos is None else pos[:, 0, :])
+        return out
+
+    def micro_batches(
+        self, sequences: Sequence[TokenSequence], positions: Sequence[torch.Tensor | None]
+    ) -> list[MicroBatch]:
+        groups = pack([s.length for s in sequences], self.config.micro_batch_tokens)
+        tokenizer_types = self.processor.create_mm_token_type_ids
+        return [
+            collate(sequences, g, pad_id=self.pad_id, positions=positions, mm_token_types=tokenizer_types)
+            for g in groups
+        ]
+
+    # -- scoring --------------------------------------------------------------------------------------
+
+    def forward(
+        self, mb: MicroBatch, *, temperature: float = 1.0, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs ``(B, R)`` of the micro-batch's response tokens (0 on padding) and, if asked, the
+        per-token entropy of the policy there. Logits are divided by the sampling ``temperature``: the
+        policy that is optimised is the distribution the rollout sampled from."""
+        inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.inputs.items()}
+        out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
+        logits = out.logits.float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        targets = mb.response_ids.to(self.device).unsqueeze(-1)
+        mask = mb.response_mask.to(self.device)
+        logp = logp_all.gather(-1, targets).squeeze(-1) * mask
+        ent = entropy_from_logits(logits) * mask if entropy else None
+        return logp, ent
+
+    @torch.no_grad()
+    def log_probs(
+        self, sequences: Sequence[TokenSequence], *, temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Per-sequence log-probs (each ``(R_i,)``, float32, on CPU), in order."""
+        out: list[torch.Tensor | None] = [None] * len(sequences)
+        for mb in self.micro_batches(sequences, self.positions(sequences)):
+            logp, _ = self.forward(mb, temperature=temperature)
+            for row, i in enumerate(mb.indices):
+                out[i] = logp[row, : len(sequences[i].response_ids)].detach().cpu()
+        return out  # type: ignore[return-value]
+
+    # -- weights --------------------------------------------------------------------------------------
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every tensor, gathered (all ranks must call; rank 0 gets the tensors, others an empty dict)."""
+        if self.world_size == 1:
+            return {k: v.detach() for k, v in self.model.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        return state if self.rank == 0 else {}
+
+    def save_pretrained(self, folder: Path, state: dict[str, torch.Tensor]) -> Path:
+        """An HF-format checkpoint (weights, config, processor, chat template) that transformers and
+        vLLM load, written to a temp folder and renamed into place (rank 0 only)."""
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            model = self.model
+            model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+            self.processor.save_pretrained(tmp)
+            source = Path(self.config.model_path)
+            for extra in ("generation_config.json", "chat_template.jinja"):
+                if (source / extra).exists() and not (tmp / extra).exists():
+                    shutil.copy2(source / extra, tmp / extra)
+            if folder.exists():
+                shutil.rmtree(folder)
+            tmp.rename(folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return folder
+
+
+class Actor(PolicyModel):
+    """The trained policy: AdamW, lr schedule, gradient clipping, gradient accumulation."""
+
+    def __init__(self, config: ActorConfig, *, total_steps: int, device: str | None = None) -> None:
+        super().__init__(config, trainable=True, device=device)
+        optim = config.optim
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_lambda(
+                s,
+                warmup=optim.warmup_steps,
+                total=total_steps,
+                schedule=optim.schedule,
+                min_ratio=optim.min_lr_ratio,
+            ),
+        )
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_lr(self, lr: float) -> None:
+        """Fix the lr of every group (used by the supervised warm start, before RL's schedule)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+            group["initial_lr"] = lr
+
+    def step_optimizer(self) -> float:
+        """Clip, step, zero; returns the global gradient norm before clipping."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        clip = self.config.optim.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        norm_value = float(norm)
+        if math.isfinite(norm_value):
+            self.optimizer.step()
+        else:
+            log.warning("non-finite gradient norm %s: update skipped", norm_value)
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm_value
+
+    def state(self) -> dict[str, Any]:
+        """Optimizer and scheduler state (sharded per rank under FSDP)."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

@@ -1,0 +1,244 @@
+"""``TrainConfig``: the one typed config tree of a training run (SPEC §5), its defaults, and loading it
+from YAML plus dotted ``key=value`` overrides (OmegaConf syntax, as verl and EasyR1 users know).
+
+Every default lives here or in the section it embeds (``RolloutConfig``, ``AlgorithmConfig``,
+``RewardConfig``); unknown keys are errors naming their full path; cross-section checks
+(``validate_algorithm``, token budgets) run at load time with the fix in the message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from services.common.frames.params import VideoParams
+from services.reward.config import RewardConfig
+from services.rollout.config import RolloutConfig
+from services.trainer.algorithms.config import AlgorithmConfig, validate_algorithm
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Section):
+    """``data``: which samples, how their videos become frames, and how prompts are built."""
+
+    train_files: list[str] = Field(min_length=1, description="JSON / JSONL / Parquet sample files")
+    val_files: list[str] = Field(default_factory=list)
+    # Media paths are relative to their dataset file unless REELRL_DATA_ROOTS says otherwise.
+    batch_size: int = Field(8, ge=1, description="prompts per step (each gets rollout.n responses)")
+    shuffle: bool = True
+    seed: int = 0
+    prompt_variant: Literal["instruct", "thinking"] = "instruct"
+    system_prompt: str | None = None
+    max_prompt_tokens: int = Field(4096, gt=0, description="longer prompts (text + vision) are dropped")
+    # Frame-store modes: prefer_cached decodes missing clips first (worker pool or inline); cached_only
+    # fails at start naming the samples whose clips are missing; realtime_only decodes every step.
+    source_mode: Literal["prefer_cached", "cached_only", "realtime_only"] = "prefer_cached"
+    preprocess_workers: int = Field(
+        1, ge=0, description="local worker processes started for missing clips (0: use running workers)"
+    )
+    video_fps: float | None = Field(2.0, gt=0)
+    video_nframes: int | None = Field(None, ge=2)
+    video_min_frames: int = Field(4, ge=1)
+    video_max_frames: int = Field(128, ge=2)
+    video_min_pixels: int | None = Field(None, gt=0)
+    video_max_pixels: int | None = Field(None, gt=0)
+    video_total_pixels: int | None = Field(None, gt=0)
+    image_min_pixels: int | None = Field(None, gt=0, description="null: rollout.image_min_pixels")
+    image_max_pixels: int | None = Field(None, gt=0, description="null: rollout.image_max_pixels")
+
+    def video_params(self, family: str) -> VideoParams:
+        """The decode parameters of every clip of the run (a sample's ``video_params`` may override)."""
+        return VideoParams(
+            family=family,
+            fps=None if self.video_nframes is not None else self.video_fps,
+            nframes=self.video_nframes,
+            min_frames=self.video_min_frames,
+            max_frames=self.video_max_frames,
+            min_pixels=self.video_min_pixels,
+            max_pixels=self.video_max_pixels,
+            total_pixels=self.video_total_pixels,
+        )
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(1e-2, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: floor as a fraction of lr")
+    grad_clip: float | None = Field(1.0, gt=0, description="max global grad norm; null: no clipping")
+
+
+class ActorConfig(_Section):
+    """``actor``: the trained model (and the frozen reference when KL is on)."""
+
+    model_path: str = Field(min_length=1, description="local HF checkpoint folder")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    world_size: int = Field(1, ge=1, description="FSDP ranks (gloo on CPU, NCCL on GPU)")
+    gradient_checkpointing: bool = False
+    freeze_vision: bool = False
+    micro_batch_tokens: int = Field(8192, gt=0, description="token budget of one micro-batch")
+    mini_batches: int = Field(1, ge=1, description="optimizer updates per step (PPO mini-batches)")
+    ppo_epochs: int = Field(1, ge=1)
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus (exploration)")
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+
+
+class TrainRolloutConfig(RolloutConfig):
+    """``rollout``: the rollout engine's config plus what only training asks of it."""
+
+    greedy_baseline: bool = Field(False, description="also generate a greedy response per prompt (ReMax)")
+    val_temperature: float = Field(0.0, ge=0, description="validation sampling (0: greedy)")
+    val_max_tokens: int | None = Field(None, gt=0, description="null: max_tokens")
+
+
+class MixConfig(_Section):
+    """``mix``: how the offline slot of a mixed group is learned from.
+
+    ``likelihood``: the advantage-weighted log-likelihood (ratio exp(logp - sg(logp))), which learns
+    from random weights; ``luffy``: LUFFY's shaped term (needs ``algorithm.policy_loss: luffy``), whose
+    gradient vanishes when the offline tokens are unlikely (FINDINGS.md); ``schedule``: likelihood for
+    ``switch_step`` steps, then LUFFY.
+    """
+
+    offline_term: Literal["likelihood", "luffy", "schedule"] = "likelihood"
+    switch_step: int = Field(0, ge=0)
+
+
+class WarmupConfig(_Section):
+    """``warmup``: supervised steps on ``offline_output`` before RL (e.g. a format warm start whose
+    offline answers are uniformly random letters: the format is learned, the answer is not)."""
+
+    files: list[str] = Field(default_factory=list)
+    steps: int = Field(0, ge=0)
+    lr: float = Field(3e-4, gt=0)
+    batch_size: int = Field(16, ge=1)
+
+
+class TrainerConfig(_Section):
+    """``trainer``: the loop, its outputs and checkpoints."""
+
+    total_steps: int = Field(100, ge=0)
+    output_dir: str = "outputs/run"
+    experiment_name: str = "reelrl"
+    seed: int = 0
+    val_freq: int = Field(0, ge=0, description="validate every N steps (0: only before and after)")
+    val_before_train: bool = True
+    val_limit: int | None = Field(None, gt=0, description="validate on at most this many samples")
+    save_freq: int = Field(0, ge=0, description="checkpoint every N steps (0: only at the end)")
+    max_keep: int = Field(2, ge=1, description="checkpoints kept (oldest removed)")
+    resume: str = Field("auto", description="auto | none | PATH of a checkpoint folder")
+    loggers: list[Literal["console", "jsonl", "db", "tensorboard"]] = Field(
+        default_factory=lambda: ["console", "jsonl", "db"]
+    )
+    torch_threads: int | None = Field(None, gt=0, description="intra-op threads of each actor process")
+    ray_address: str | None = Field(None, description="null: RAY_ADDRESS or a local Ray")
+    use_ray: bool = Field(False, description="run the actor ranks and the rollout engine as Ray actors")
+
+
+class TrainConfig(_Section):
+    data: DataConfig
+    actor: ActorConfig
+    rollout: TrainRolloutConfig = Field(default_factory=TrainRolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    mix: MixConfig = Field(default_factory=MixConfig)
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> TrainConfig:
+        problems = []
+        if self.mix.offline_term in ("luffy", "schedule") and self.algorithm.policy_loss.value != "luffy":
+            problems.append(
+                f"mix.offline_term={self.mix.offline_term} uses LUFFY's shaping: set algorithm.policy_loss=luffy "
+                "(or mix.offline_term=likelihood)"
+            )
+        if self.mix.offline_term == "likelihood" and self.algorithm.policy_loss.value == "luffy":
+            problems.append(
+                "algorithm.policy_loss=luffy with mix.offline_term=likelihood would never shape: set "
+                "mix.offline_term=luffy or schedule, or algorithm.policy_loss=ppo"
+            )
+        if self.warmup.steps and not self.warmup.files:
+            problems.append("warmup.steps > 0 needs warmup.files (samples with offline_output)")
+        if self.data.batch_size % self.actor.world_size and self.actor.world_size > 1:
+            problems.append(
+                f"data.batch_size={self.data.batch_size} must divide among actor.world_size="
+                f"{self.actor.world_size} ranks"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        validate_algorithm(
+            self.algorithm,
+            rollout_n=self.rollout.n,
+            has_offline_data=self.rollout.mix_policy,
+            has_greedy_baseline=self.rollout.greedy_baseline,
+            max_response_length=self.rollout.max_tokens,
+        )
+        return self
+
+    def effective_rollout(self) -> RolloutConfig:
+        """The engine's config: data's image budgets (when set) wired into the rollout."""
+        values = self.rollout.model_dump(exclude={"greedy_baseline", "val_temperature", "val_max_tokens"})
+        if self.data.image_min_pixels is not None:
+            values["image_min_pixels"] = self.data.image_min_pixels
+        if self.data.image_max_pixels is not None:
+            values["image_max_pixels"] = self.data.image_max_pixels
+        return RolloutConfig.model_validate(values)
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names every offending key by its full path."""
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown key {key!r}")
+        else:
+            lines.append(f"{key or 'config'}: {err['msg']}")
+    return "; ".join(lines)
+
+
+def parse_config(data: dict[str, Any]) -> TrainConfig:
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid training config: {_format_errors(exc)}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """A YAML file (optional) with ``a.b.c=value`` overrides applied on top, validated."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        base = OmegaConf.load(path) if path is not None else OmegaConf.create({})
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=10)")
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config is a mapping of sections (data, actor, ...)")
+    return parse_config(data)
+
+
+def dump_config(config: TrainConfig) -> str:
+    """The resolved tree as YAML (every default filled in): what ``--print-config`` shows and each
+    run writes to ``config.yaml``."""
+    import yaml
+
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

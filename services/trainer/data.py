@@ -1,0 +1,255 @@
+"""Training data: samples → clip keys in the frame store (preprocessing what is missing) → rollout and
+reward views, prompt token counts from clip metadata, and a stateful, seeded loader.
+
+Only keys and paths leave this module; frames are loaded beside the engine and the actor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.common.families import Family, get_family
+from services.common.frames import FrameStore, VideoParams, clip_key
+from services.common.frames.hashing import content_hash
+from services.common.frames.store import META_FILE
+from services.common.samples import Sample, load_samples, reward_fields
+from services.common.settings import get_settings
+from services.preprocess.dataset import InputError, resolve_video
+from services.reward import canonical_name, render_prompt
+from services.reward.errors import UnknownProblemType
+from services.rollout.samples import RolloutSample
+from services.rollout.sources import RealtimeSource
+from services.trainer.config import DataConfig
+
+log = logging.getLogger(__name__)
+# Qwen3-VL writes a "<t seconds>" text stamp before each temporal patch: a few tokens each.
+TIMESTAMP_TOKENS = 6
+
+
+class DataError(ValueError):
+    """The data cannot start a run (missing clips in cached_only mode, unknown types, nothing left)."""
+
+
+@dataclass
+class TrainSample:
+    """One sample ready for the loop: what the rollout gets, what the reward scores, its prompt length."""
+
+    sample: Sample
+    problem_type: str
+    rollout: RolloutSample
+    reward: dict[str, Any]
+    prompt_tokens: int
+
+
+@dataclass
+class DataReport:
+    loaded: int = 0
+    kept: int = 0
+    dropped_decode: int = 0
+    dropped_overlong: int = 0
+    preprocessed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def video_tokens_from_meta(meta: dict[str, Any], family: Family) -> int:
+    """Merged patches of a stored clip, from its metadata alone: (T/tp)·(H/p)·(W/p)/merge²."""
+    t, h, w = int(meta["num_frames"]), int(meta["height"]), int(meta["width"])
+    patches = (t // family.temporal_patch_size) * (h // family.patch_size) * (w // family.patch_size)
+    tokens = patches // family.merge_size**2
+    if family.name.value in ("qwen3_vl", "qwen3_5"):
+        tokens += (t // family.temporal_patch_size) * TIMESTAMP_TOKENS
+    return tokens
+
+
+def _resolve(sample: Sample, dataset_dir: Path, roots: list[Path]) -> list[Path]:
+    return [resolve_video(raw, dataset_dir, roots) for raw in sample.videos]
+
+
+def _store_meta(store: FrameStore, key: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((store.path_for(key) / META_FILE).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def prepare_split(
+    files: Sequence[str],
+    cfg: DataConfig,
+    family: str,
+    tokenizer: Any,
+    store: FrameStore,
+    work_dir: Path,
+    *,
+    split: str,
+    realtime: RealtimeSource | None = None,
+    system_prompt: str | None = None,
+) -> tuple[list[TrainSample], DataReport]:
+    """Every usable sample of ``files``; clips missing from the store are preprocessed first (or, with
+    ``cached_only``, the run fails naming them). A sample whose clip cannot be decoded, or whose prompt
+    exceeds ``max_prompt_tokens``, is dropped, counted and logged, never a crash."""
+    settings = get_settings()
+    fam = get_family(family)
+    base = cfg.video_params(family)
+    report = DataReport()
+    entries: list[tuple[Sample, VideoParams, list[Path], list[str]]] = []
+    hashes: dict[Path, str] = {}
+    for file in files:
+        dataset_dir = Path(file).resolve().parent
+        for sample in load_samples(file):
+            report.loaded += 1
+            try:
+                canonical_name(sample.problem_type)
+            except UnknownProblemType as exc:
+                raise DataError(f"{file}: sample {sample.id!r}: {exc}") from None
+            if sample.images:
+                raise DataError(
+                    f"{file}: sample {sample.id!r} has images; image samples are not supported by the "
+                    "trainer yet (videos and text only)"
+                )
+            try:
+                params = base.with_overrides(sample.video_params)
+                paths = _resolve(sample, dataset_dir, settings.data_roots)
+            except (InputError, ValueError) as exc:
+                report.errors.append(f"sample {sample.id!r}: {exc}")
+                report.dropped_decode += 1
+                continue
+            for p in paths:
+                if p not in hashes:
+                    hashes[p] = content_hash(p)
+            entries.append((sample, params, paths, [clip_key(hashes[p], params) for p in paths]))
+
+    if realtime is not None:
+        for _, params, paths, keys in entries:
+            for path, key in zip(paths, keys, strict=True):
+                realtime.clips[key] = (path, params)
+    missing = [e for e in entries if any(not store.has(k) for k in e[3])]
+    if missing and cfg.source_mode == "cached_only":
+        names = ", ".join(repr(e[0].id) for e in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise DataError(
+            f"data.source_mode=cached_only but {len(missing)} {split} sample(s) have clips missing from the "
+            f"frame store: {names}{more}; run `reelrl preprocess` first or use source_mode=prefer_cached"
+        )
+    failed: dict[str, str] = {}
+    if missing and cfg.source_mode == "prefer_cached":
+        failed = _preprocess(missing, base, cfg, work_dir / f"{split}.pending.jsonl")
+        report.preprocessed = len(missing)
+
+    samples: list[TrainSample] = []
+    for sample, params, _, keys in entries:
+        if sample.id in failed:
+            report.dropped_decode += 1
+            report.errors.append(f"sample {sample.id!r}: {failed[sample.id]}")
+            continue
+        metas = []
+        for key in keys:
+            meta = _store_meta(store, key)
+            if meta is None and realtime is not None:
+                # realtime_only: counting tokens needs the clip's grid, so each clip is decoded once here
+                _, meta = realtime.load(key, None)
+            if meta is None:
+                raise DataError(
+                    f"sample {sample.id!r}: clip {key} is not in the frame store after preprocessing"
+                )
+            metas.append(meta)
+        reward = reward_fields(sample, family, metas)
+        prompt = render_prompt(reward, variant=cfg.prompt_variant)
+        rollout = RolloutSample(
+            id=sample.id,
+            prompt=prompt,
+            system=system_prompt,
+            videos=tuple(keys),
+            video_params=params.model_dump(mode="json"),
+            offline_output=sample.offline_output,
+            reward=reward,
+        )
+        text_tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
+        tokens = text_tokens + sum(video_tokens_from_meta(m, fam) for m in metas) + 16
+        if tokens > cfg.max_prompt_tokens:
+            report.dropped_overlong += 1
+            continue
+        samples.append(
+            TrainSample(
+                sample=sample,
+                problem_type=canonical_name(sample.problem_type),
+                rollout=rollout,
+                reward=reward,
+                prompt_tokens=tokens,
+            )
+        )
+    report.kept = len(samples)
+    for line in report.errors[:20]:
+        log.warning("%s data: dropped %s", split, line)
+    if report.dropped_overlong:
+        log.warning(
+            "%s data: dropped %d sample(s) longer than data.max_prompt_tokens=%d",
+            split, report.dropped_overlong, cfg.max_prompt_tokens,
+        )  # fmt: skip
+    return samples, report
+
+
+def _preprocess(
+    entries: list[tuple[Sample, VideoParams, list[Path], list[str]]],
+    base: VideoParams,
+    cfg: DataConfig,
+    pending: Path,
+) -> dict[str, str]:
+    """Decode the clips of ``entries`` through the worker pool; returns {sample id: error} of failures."""
+    from services.preprocess.dataset import read_jsonl, write_jsonl_atomic
+    from services.preprocess.dispatch import run_preprocess
+
+    rows = [
+        {"id": s.id, "videos": [str(p) for p in paths], "video_params": s.video_params}
+        for s, _, paths, _ in entries
+    ]
+    write_jsonl_atomic(pending, rows)
+    out = pending.with_name(pending.stem + ".clips.jsonl")
+    log.info("preprocessing %d sample(s) with missing clips", len(rows))
+    report = run_preprocess(pending, out, base, workers=cfg.preprocess_workers)
+    failed_file = report.failed_out
+    failures: dict[str, str] = {}
+    if failed_file is not None and Path(failed_file).exists():
+        for row in read_jsonl(Path(failed_file)):
+            failures[str(row.get("id"))] = str(row.get("error"))
+    return failures
+
+
+class StatefulLoader:
+    """Batches of sample indices: a seeded permutation per epoch, full batches only (an epoch's tail
+    starts the next epoch's permutation). Its position is part of every checkpoint."""
+
+    def __init__(self, size: int, batch_size: int, *, seed: int, shuffle: bool = True) -> None:
+        if size < batch_size:
+            raise DataError(f"{size} usable training sample(s), fewer than data.batch_size={batch_size}")
+        self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
+        self.epoch, self.position = 0, 0
+
+    def _order(self) -> list[int]:
+        order = list(range(self.size))
+        if self.shuffle:
+            random.Random(f"{self.seed}-{self.epoch}").shuffle(order)
+        return order
+
+    def next_batch(self) -> list[int]:
+        if self.position + self.batch_size > self.size:
+            self.epoch, self.position = self.epoch + 1, 0
+        batch = self._order()[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "size": self.size, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("size") != self.size or state.get("seed") != self.seed:
+            raise DataError(
+                f"checkpoint data position is for {state.get('size')} samples with seed {state.get('seed')}, "
+                f"this run has {self.size} with seed {self.seed}: the data changed; resume=none to start over"
+            )
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])

@@ -1,0 +1,629 @@
+"""The RL loop, top to bottom (SPEC §5): batch of samples (clip keys only) → vLLM rollouts (groups of n,
+mixed with offline trajectories) → rewards by problem type → old (and reference) log-probs from the
+actor → advantages → actor update → weight push into the rollout engine → metrics → validation and
+checkpoints. :class:`Trainer` reads as its named setup steps and one visible loop in :meth:`fit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.common.frames import FrameStore
+from services.reward import RewardResult, make_reward_client
+from services.reward.client import RewardServiceError
+from services.rollout.consistency import processor_inputs
+from services.rollout.media import load_media
+from services.rollout.prompts import render_prompt
+from services.rollout.samples import RolloutGroup
+from services.rollout.sources import RealtimeSource
+from services.trainer import checkpoints as ckpt
+from services.trainer.actor import Actor, PolicyModel
+from services.trainer.algorithms import (
+    KLMode,
+    compute_advantages,
+    dynamic_sampling_keep,
+    make_kl_controller,
+    outcome_token_rewards,
+    overlong_penalty,
+)
+from services.trainer.algorithms.kl import apply_kl_reward_penalty, kl_penalty
+from services.trainer.batch import PromptInputs, TokenSequence, pad_rows
+from services.trainer.config import TrainConfig, dump_config
+from services.trainer.data import StatefulLoader, TrainSample, prepare_split
+from services.trainer.tracking import MetricsLogger
+from services.trainer.update import SequenceTargets, update_policy
+
+log = logging.getLogger(__name__)
+
+
+class RewardStepError(RuntimeError):
+    """The reward service failed for a whole step (after its retries): never trained on as zeros."""
+
+
+class Timer:
+    """``with timer("gen"): ...`` accumulates seconds per phase into ``timing/<phase>_s``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - started
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"timing/{k}_s": v for k, v in self.seconds.items()}
+        out["timing/step_s"] = sum(self.seconds.values())
+        return out
+
+
+@dataclass
+class Hooks:
+    """How a job runner watches and steers a run: called after every step; ``stop`` polled per step."""
+
+    on_step: list[Callable[[int, dict[str, float]], None]] = field(default_factory=list)
+    stop: Callable[[], bool] = lambda: False
+    on_progress: Callable[[int, int], None] | None = None
+
+
+@dataclass
+class Scored:
+    """Rewards of a step's responses, flattened in (sample, response) order."""
+
+    overall: list[float]
+    accuracy: list[float]
+    format: list[float]
+    errors: int = 0
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    steps: int
+    stopped: bool
+    last_val: dict[str, float]
+    checkpoint: Path | None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, *, hooks: Hooks | None = None, job_id: str | None = None) -> None:
+        self.config = config
+        self.hooks = hooks or Hooks()
+        self.job_id = job_id
+        self.output_dir = Path(config.trainer.output_dir)
+
+    # ------------------------------------------------------------------ setup (named steps) -----------
+
+    def setup(self) -> None:
+        cfg = self.config
+        if cfg.trainer.torch_threads:
+            torch.set_num_threads(cfg.trainer.torch_threads)
+        seed_everything(cfg.trainer.seed)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(dump_config(cfg))
+        self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
+        model_path = str(self.resume_from / ckpt.MODEL_DIR) if self.resume_from else cfg.actor.model_path
+        self._setup_data(model_path)
+        self._setup_models(model_path)
+        self._setup_rollout(model_path)
+        self.logger = MetricsLogger(
+            self.output_dir,
+            name=cfg.trainer.experiment_name,
+            config=cfg.model_dump(mode="json"),
+            loggers=cfg.trainer.loggers,
+            job_id=self.job_id,
+            hooks=self.hooks.on_step,
+        )
+        self.start_step = 0
+        if self.resume_from is not None:
+            self._load_checkpoint(self.resume_from)
+        self.logger.truncate_after(self.start_step)
+
+    def _setup_data(self, model_path: str) -> None:
+        from transformers import AutoTokenizer
+
+        cfg = self.config
+        from services.rollout.checkpoint import Checkpoint
+
+        self.checkpoint = Checkpoint.load(model_path)
+        family = self.checkpoint.family.name.value
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.store = FrameStore.from_settings()
+        self.realtime = (
+            RealtimeSource({}, self.store.decoders, self.store.threads)
+            if cfg.data.source_mode == "realtime_only"
+            else None
+        )
+        work = self.output_dir / "data"
+        common = dict(
+            cfg=cfg.data, family=family, tokenizer=tokenizer, store=self.store, work_dir=work,
+            realtime=self.realtime, system_prompt=cfg.data.system_prompt,
+        )  # fmt: skip
+        self.train_samples, self.train_report = prepare_split(cfg.data.train_files, split="train", **common)
+        self.val_samples, self.val_report = (
+            prepare_split(cfg.data.val_files, split="val", **common) if cfg.data.val_files else ([], None)
+        )
+        if cfg.trainer.val_limit is not None:
+            self.val_samples = self.val_samples[: cfg.trainer.val_limit]
+        self.warmup_samples = (
+            prepare_split(cfg.warmup.files, split="warmup", **common)[0] if cfg.warmup.steps else []
+        )
+        self.loader = StatefulLoader(
+            len(self.train_samples), cfg.data.batch_size, seed=cfg.data.seed, shuffle=cfg.data.shuffle
+        )
+        log.info(
+            "data: %d train samples (%d dropped: %d undecodable, %d overlong), %d val",
+            len(self.train_samples),
+            self.train_report.dropped_decode + self.train_report.dropped_overlong,
+            self.train_report.dropped_decode,
+            self.train_report.dropped_overlong,
+            len(self.val_samples),
+        )
+
+    def _setup_models(self, model_path: str) -> None:
+        cfg = self.config
+        actor_cfg = cfg.actor.model_copy(update={"model_path": model_path})
+        self.actor = Actor(actor_cfg, total_steps=cfg.trainer.total_steps)
+        # The reference is the run's initial weights, also when resuming.
+        self.reference = (
+            PolicyModel(cfg.actor, trainable=False) if cfg.algorithm.needs_reference_model else None
+        )
+        self.kl_controller = make_kl_controller(cfg.algorithm.kl)
+        self.reward_client = make_reward_client(cfg.reward)
+
+    def _setup_rollout(self, model_path: str) -> None:
+        from services.rollout.engine import RolloutEngine
+
+        source = self.realtime if self.realtime is not None else self.store
+        self.engine = RolloutEngine(
+            model_path, self.config.effective_rollout(), source=source, reward_client=self.reward_client
+        )
+
+    # ------------------------------------------------------------------ the loop -----------------------
+
+    def fit(self) -> RunResult:
+        cfg = self.config.trainer
+        try:
+            self.setup()
+        except BaseException:
+            self.shutdown()
+            raise
+        stopped, last_val, saved, done = False, {}, None, self.start_step
+        try:
+            if self.start_step == 0 and self.config.warmup.steps:
+                self.warm_start()
+            if self.start_step == 0 and cfg.val_before_train and self.val_samples:
+                last_val = self.validate()
+                self.logger.log(0, last_val)
+            for step in range(self.start_step + 1, cfg.total_steps + 1):
+                metrics = self.train_step(step)
+                done = step
+                last_step_val = step == cfg.total_steps or (cfg.val_freq and step % cfg.val_freq == 0)
+                if last_step_val and self.val_samples:
+                    last_val = self.validate()
+                    metrics.update(last_val)
+                self.logger.log(step, metrics)
+                self._console(step, metrics)
+                if self.hooks.on_progress is not None:
+                    self.hooks.on_progress(step, cfg.total_steps)
+                stopped = self.hooks.stop()
+                if step == cfg.total_steps or stopped or (cfg.save_freq and step % cfg.save_freq == 0):
+                    saved = self.save(step)
+                if stopped:
+                    log.info("stop requested: saved step %d and stopped", step)
+                    break
+            self.logger.finish("stopped" if stopped else "finished")
+        except BaseException as exc:
+            self.logger.finish("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.shutdown()
+        return RunResult(self.output_dir, done, stopped, last_val, saved)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg, algo = self.config, self.config.algorithm
+        timer = Timer()
+        metrics: dict[str, float] = {}
+
+        with timer("gen"):
+            samples, groups, sampling = self.generate(step)
+        metrics.update(sampling)
+        with timer("reward"):
+            scored = self.score(step, samples, groups)
+        with timer("prepare"):
+            sequences = self.sequences(samples, groups)
+        temperature = cfg.rollout.temperature or 1.0
+        # Old log-probs need their own pass only when the weights move before the last update reads
+        # them (several mini-batches or epochs) or when KL needs them before the update.
+        single_update = cfg.actor.mini_batches * cfg.actor.ppo_epochs == 1
+        old: list[torch.Tensor] | None = None
+        if not single_update or self.reference is not None:
+            with timer("old_log_prob"):
+                old = self.actor.log_probs(sequences, temperature=temperature)
+        ref = None
+        if self.reference is not None:
+            with timer("ref"):
+                ref = self.reference.log_probs(sequences, temperature=temperature)
+
+        with timer("adv"):
+            advantages, adv_metrics = self.advantages(samples, groups, sequences, scored, old, ref)
+        metrics.update(adv_metrics)
+
+        offline_term = self._offline_term(step)
+        with timer("update"):
+            update = update_policy(
+                self.actor,
+                sequences,
+                [
+                    SequenceTargets(a, o, r)
+                    for a, o, r in zip(
+                        advantages,
+                        old or [None] * len(advantages),
+                        ref or [None] * len(advantages),
+                        strict=True,
+                    )
+                ],
+                algo,
+                kl_coef=self.kl_controller.coef,
+                entropy_coef=cfg.actor.entropy_coef,
+                temperature=temperature,
+                offline_term=offline_term,
+            )
+        metrics["actor/lr"] = self.actor.lr
+        self.actor.scheduler.step()
+        with timer("weight_sync"):
+            self.engine.push_weights(self.actor.full_state_dict())
+
+        metrics.update({f"actor/{k}": v for k, v in update.items()})
+        metrics.update(self.step_metrics(samples, groups, sequences, scored, old))
+        metrics.update(timer.metrics())
+        tokens = sum(s.length for s in sequences)
+        metrics["perf/tokens"] = float(tokens)
+        metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        return metrics
+
+    # ------------------------------------------------------------------ phases -------------------------
+
+    def generate(self, step: int) -> tuple[list[TrainSample], list[RolloutGroup], dict[str, float]]:
+        """A batch of groups; with DAPO dynamic sampling, groups whose rewards are all equal are dropped
+        and more prompts are drawn until the batch is full (at most ``max_rounds`` rounds)."""
+        cfg = self.config
+        batch = [self.train_samples[i] for i in self.loader.next_batch()]
+        # No per-request seed: vLLM 0.32's CPU sampler cannot rewind a seeded generator when a prefill is
+        # split into chunks ("CPU Generator does not use offset"); the engine's own seed applies.
+        groups = self.engine.rollout([s.rollout for s in batch])
+        metrics: dict[str, float] = {"rollout/offline_slots": 0.0}
+        ds = cfg.algorithm.dynamic_sampling
+        if ds.enabled:
+            kept_s, kept_g, rounds = [], [], 0
+            while True:
+                rounds += 1
+                scored = self.score(step, batch, groups)
+                values = scored.accuracy if ds.metric == "accuracy" else scored.overall
+                ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.responses])
+                keep, _ = dynamic_sampling_keep(torch.tensor(values), ids)
+                for i, (s, g) in enumerate(zip(batch, groups, strict=True)):
+                    if bool(keep[ids == i].all()) and len(kept_s) < cfg.data.batch_size:
+                        kept_s.append(s)
+                        kept_g.append(g)
+                if len(kept_s) >= cfg.data.batch_size or rounds >= ds.max_rounds:
+                    break
+                batch = [self.train_samples[i] for i in self.loader.next_batch()]
+                groups = self.engine.rollout([s.rollout for s in batch])
+            metrics["rollout/dynamic_sampling_rounds"] = float(rounds)
+            if not kept_s:
+                log.warning(
+                    "step %d: dynamic sampling kept no group in %d rounds; training on the last", step, rounds
+                )
+                kept_s, kept_g = batch, groups
+            elif len(kept_s) < cfg.data.batch_size:
+                log.warning(
+                    "step %d: dynamic sampling filled %d of %d groups in %d rounds",
+                    step, len(kept_s), cfg.data.batch_size, rounds,
+                )  # fmt: skip
+            batch, groups = kept_s, kept_g
+            metrics["rollout/groups_kept"] = float(len(kept_s))
+        offline = sum(1 for g in groups for r in g.responses if r.offline)
+        metrics["rollout/offline_slots"] = float(offline)
+        if cfg.rollout.mix_accuracy_threshold is not None:
+            gated = [g for g in groups if g.online_accuracy is not None]
+            metrics["rollout/gate_decisions"] = float(len(gated))
+            metrics["rollout/gate_injected"] = float(
+                sum(1 for g in gated if any(r.offline for r in g.responses))
+            )
+        return batch, groups, metrics
+
+    def score(self, step: int, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]) -> Scored:
+        items = [(s.reward, r.text) for s, g in zip(samples, groups, strict=True) for r in g.responses]
+        try:
+            results: list[RewardResult] = self.reward_client.score_batch(items)
+        except (RewardServiceError, OSError) as exc:
+            raise RewardStepError(f"step {step}: the reward service failed after its retries: {exc}") from exc
+        errors = [r.error for r in results if r.error]
+        for message in errors[:3]:
+            log.warning("step %d: an item could not be scored (reward 0): %s", step, message)
+        return Scored(
+            overall=[r.overall for r in results],
+            accuracy=[r.accuracy for r in results],
+            format=[r.format for r in results],
+            errors=len(errors),
+        )
+
+    def prompt_inputs(self, sample: TrainSample) -> PromptInputs:
+        """The HF processor's view of a sample's prompt and frames, exactly as vLLM asked for them."""
+        rs, rollout_cfg = sample.rollout, self.engine.config
+        media = load_media(rs, self.engine.source, self.checkpoint.family, rollout_cfg.video_max_pixels)
+        text = render_prompt(self.checkpoint.processor, rs)
+        inputs = processor_inputs(self.checkpoint.processor, text, media, rollout_cfg)
+        return PromptInputs.from_processor(rs.id, inputs)
+
+    def sequences(
+        self, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]
+    ) -> list[TokenSequence]:
+        out = []
+        for sample, group in zip(samples, groups, strict=True):
+            prompt = self.prompt_inputs(sample)
+            if prompt.input_ids != list(group.prompt_token_ids):
+                raise ValueError(
+                    f"sample {sample.rollout.id!r}: the actor's prompt ({len(prompt.input_ids)} tokens) differs "
+                    f"from the rollout's ({len(group.prompt_token_ids)}); processor and engine disagree"
+                )
+            for r in group.responses:
+                out.append(TokenSequence(prompt, list(r.token_ids), r.offline, r.logprobs))
+        return out
+
+    def advantages(
+        self, samples, groups, sequences, scored: Scored, old, ref
+    ) -> tuple[list[torch.Tensor], dict]:
+        algo = self.config.algorithm
+        width = max(len(s.response_ids) for s in sequences)
+        mask = pad_rows([[1.0] * len(s.response_ids) for s in sequences], width)
+        scores = torch.tensor(scored.overall, dtype=torch.float32)
+        metrics: dict[str, float] = {}
+        overlong = algo.overlong_penalty
+        if overlong.enabled:
+            lengths = torch.tensor([len(s.response_ids) for s in sequences], dtype=torch.float32)
+            penalty = overlong_penalty(
+                lengths, max_length=overlong.max_length, buffer_length=overlong.buffer_length,
+                factor=overlong.factor,
+            )  # fmt: skip
+            scores = scores + penalty
+            metrics["reward/overlong_penalty"] = float(penalty.mean())
+        token_rewards = outcome_token_rewards(scores, mask)
+        if ref is not None:
+            old_t = pad_rows([o.tolist() for o in old], width)
+            ref_t = pad_rows([r.tolist() for r in ref], width)
+            kl_tokens = kl_penalty(old_t, ref_t, algo.kl.estimator) * mask
+            metrics["actor/kl_ref"] = float(kl_tokens.sum() / mask.sum().clamp(min=1))
+            if algo.kl.mode is KLMode.REWARD:
+                token_rewards, kl_metrics = apply_kl_reward_penalty(
+                    token_rewards,
+                    old_t,
+                    ref_t,
+                    mask,
+                    coef=self.kl_controller.coef,
+                    estimator=algo.kl.estimator,
+                )
+                metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
+            self.kl_controller.update(metrics["actor/kl_ref"], len(samples))
+        group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.responses])
+        inputs: dict[str, Any] = {"group_ids": group_ids}
+        if algo.advantage_estimator.value == "remax":
+            inputs["baseline_scores"] = self._greedy_baseline(samples)
+        if algo.advantage_estimator.value == "gdpo":
+            inputs["reward_components"] = {
+                "accuracy": torch.tensor(scored.accuracy),
+                "format": torch.tensor(scored.format),
+            }
+        advantages = compute_advantages(
+            algo.advantage_estimator, scores=scores, token_rewards=token_rewards, response_mask=mask,
+            **inputs, **algo.advantage_params(),
+        )  # fmt: skip
+        metrics["actor/advantage_mean"] = float((advantages * mask).sum() / mask.sum().clamp(min=1))
+        metrics["actor/advantage_abs_mean"] = float((advantages.abs() * mask).sum() / mask.sum().clamp(min=1))
+        nonzero = [bool((advantages[group_ids == i].abs() > 1e-8).any()) for i in range(len(groups))]
+        metrics["actor/groups_with_signal"] = sum(nonzero) / max(len(nonzero), 1)
+        per_seq = [advantages[i, : len(s.response_ids)] for i, s in enumerate(sequences)]
+        return per_seq, metrics
+
+    def _greedy_baseline(self, samples: Sequence[TrainSample]) -> torch.Tensor:
+        """ReMax: the reward of one greedy response per prompt, repeated over its group."""
+        groups = self.engine.rollout([s.rollout for s in samples], n=1, mix_policy=False, temperature=0.0)
+        results = self.reward_client.score_batch(
+            [(s.reward, g.responses[0].text) for s, g in zip(samples, groups, strict=True)]
+        )
+        n = self.config.rollout.n
+        return torch.tensor([r.overall for r in results for _ in range(n)], dtype=torch.float32)
+
+    def _offline_term(self, step: int) -> str:
+        mix = self.config.mix
+        if mix.offline_term == "schedule":
+            return "likelihood" if step <= mix.switch_step else "luffy"
+        return mix.offline_term
+
+    # ------------------------------------------------------------------ metrics ------------------------
+
+    def step_metrics(self, samples, groups, sequences, scored: Scored, old) -> dict[str, float]:
+        m: dict[str, float] = {}
+        online = [i for i, s in enumerate(sequences) if not s.offline]
+        for name, values in (
+            ("overall", scored.overall),
+            ("accuracy", scored.accuracy),
+            ("format", scored.format),
+        ):
+            m[f"reward/{name}"] = _mean([values[i] for i in online]) if online else _mean(values)
+        by_type: dict[str, list[int]] = defaultdict(list)
+        index = 0
+        for sample, group in zip(samples, groups, strict=True):
+            for r in group.responses:
+                if not r.offline:
+                    by_type[sample.problem_type.replace(" ", "_")].append(index)
+                index += 1
+        for ptype, rows in by_type.items():
+            m[f"reward/accuracy/{ptype}"] = _mean([scored.accuracy[i] for i in rows])
+            m[f"reward/overall/{ptype}"] = _mean([scored.overall[i] for i in rows])
+        m["reward/errors"] = float(scored.errors)
+        lengths = [len(sequences[i].response_ids) for i in online] or [0]
+        max_tokens = self.config.rollout.max_tokens
+        m["response_length/mean"] = _mean(lengths)
+        m["response_length/max"] = float(max(lengths))
+        m["response_length/clip_ratio"] = _mean([float(n >= max_tokens) for n in lengths])
+        if old is not None and self.config.rollout.temperature in (0.0, 1.0):
+            diffs = [
+                float((torch.tensor(s.rollout_logprobs) - o).abs().max())
+                for s, o in zip(sequences, old, strict=True)
+                if s.rollout_logprobs and len(s.rollout_logprobs) == len(o)
+            ]
+            if diffs:
+                m["rollout/actor_logprob_diff_max"] = max(diffs)
+        return m
+
+    def _console(self, step: int, metrics: dict[str, float]) -> None:
+        if "console" not in self.config.trainer.loggers:
+            return
+        keys = ("reward/accuracy", "reward/format", "val/accuracy", "actor/entropy", "timing/step_s")
+        shown = " ".join(f"{k}={metrics[k]:.3f}" for k in keys if k in metrics and metrics[k] is not None)
+        log.info("step %d/%d %s", step, self.config.trainer.total_steps, shown)
+
+    # ------------------------------------------------------------------ validation ---------------------
+
+    def validate(self) -> dict[str, float]:
+        """Greedy (``rollout.val_temperature``) answers to every validation sample, scored by the reward
+        library: accuracy and format in total and per problem type."""
+        cfg = self.config.rollout
+        overrides: dict[str, Any] = {"temperature": cfg.val_temperature}
+        if cfg.val_max_tokens:
+            overrides["max_tokens"] = cfg.val_max_tokens
+        groups = self.engine.rollout(
+            [s.rollout for s in self.val_samples], n=1, mix_policy=False, **overrides
+        )
+        results = self.reward_client.score_batch(
+            [(s.reward, g.responses[0].text) for s, g in zip(self.val_samples, groups, strict=True)]
+        )
+        m = {
+            "val/accuracy": _mean([r.accuracy for r in results]),
+            "val/format": _mean([r.format for r in results]),
+            "val/overall": _mean([r.overall for r in results]),
+        }
+        by_type: dict[str, list[float]] = defaultdict(list)
+        for s, r in zip(self.val_samples, results, strict=True):
+            by_type[s.problem_type.replace(" ", "_")].append(r.accuracy)
+        for ptype, values in by_type.items():
+            m[f"val/accuracy/{ptype}"] = _mean(values)
+        return m
+
+    # ------------------------------------------------------------------ warm start ---------------------
+
+    def warm_start(self) -> None:
+        """``warmup.steps`` supervised steps on the warm-up samples' ``offline_output`` (token-mean NLL),
+        with their own AdamW at ``warmup.lr``; the weights are then pushed into the engine."""
+        from services.rollout.mix_policy import offline_response
+
+        cfg = self.config.warmup
+        rng = random.Random(self.config.trainer.seed)
+        optimizer = torch.optim.AdamW(
+            [p for p in self.actor.model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0
+        )
+        cache: dict[str, PromptInputs] = {}
+        for step in range(1, cfg.steps + 1):
+            batch = rng.sample(self.warmup_samples, min(cfg.batch_size, len(self.warmup_samples)))
+            sequences = []
+            for s in batch:
+                if s.rollout.id not in cache:
+                    cache[s.rollout.id] = self.prompt_inputs(s)
+                ids = offline_response(
+                    s.rollout, self.checkpoint.tokenizer, self.checkpoint.end_token_id,
+                    self.checkpoint.placeholder_token_ids,
+                ).token_ids  # fmt: skip
+                sequences.append(TokenSequence(cache[s.rollout.id], list(ids), offline=True))
+            micro = self.actor.micro_batches(sequences, self.actor.positions(sequences))
+            total = sum(float(mb.response_mask.sum()) for mb in micro)
+            loss_value = 0.0
+            for mb in micro:
+                logp, _ = self.actor.forward(mb)
+                loss = -(logp * mb.response_mask.to(logp.device)).sum() / total
+                loss.backward()
+                loss_value += float(loss)
+            torch.nn.utils.clip_grad_norm_(self.actor.model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if step % 20 == 0 or step == cfg.steps:
+                log.info("warm start %d/%d: nll %.3f", step, cfg.steps, loss_value)
+        self.engine.push_weights(self.actor.full_state_dict())
+
+    # ------------------------------------------------------------------ checkpoints --------------------
+
+    def save(self, step: int) -> Path:
+        folder = ckpt.checkpoint_dir(self.output_dir, step)
+        tmp = folder.with_name(f".{folder.name}.tmp")
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        state = self.actor.full_state_dict()
+        self.actor.save_pretrained(tmp / ckpt.MODEL_DIR, state)
+        ckpt.save_torch(tmp / f"optim_rank{self.actor.rank}.pt", self.actor.state())
+        if folder.exists():
+            import shutil
+
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+        ckpt.write_state(
+            folder,
+            {
+                "step": step,
+                "loader": self.loader.state_dict(),
+                "rng": ckpt.rng_state(),
+                "kl_coef": self.kl_controller.coef,
+            },
+        )
+        ckpt.prune(self.output_dir, self.config.trainer.max_keep)
+        return folder
+
+    def _load_checkpoint(self, folder: Path) -> None:
+        state = ckpt.read_state(folder)
+        self.actor.load_state(torch.load(folder / f"optim_rank{self.actor.rank}.pt", weights_only=False))
+        self.loader.load_state_dict(state["loader"])
+        ckpt.set_rng_state(state["rng"])
+        self.kl_controller.coef = float(state["kl_coef"])
+        self.start_step = int(state["step"])
+        log.info("resumed from %s at step %d", folder, self.start_step)
+
+    def shutdown(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+        client = getattr(self, "reward_client", None)
+        if client is not None:
+            client.close()
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else math.nan
+
+
+def run(config: TrainConfig, *, hooks: Hooks | None = None, job_id: str | None = None) -> RunResult:
+    """Train per ``config`` (the Python entry point of ``reelrl train``)."""
+    return Trainer(config, hooks=hooks, job_id=job_id).fit()

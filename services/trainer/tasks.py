@@ -1,0 +1,43 @@
+"""The ``train`` job kind: one Celery task that runs the training loop (the Ray driver, with
+``trainer.use_ray``) for a job row, reporting every step's metrics as job events.
+
+Its worker runs tasks in the worker process itself (``reelrl worker train``: solo pool): the loop
+starts vLLM and Ray, which spawn processes, and a prefork pool's children are daemons that may not.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from services.common.jobs import run_job
+
+TRAIN_TASK = "reelrl.train.run"
+# A run is bounded by its own total_steps; the broker's visibility timeout must exceed this on Redis.
+_TRAIN_LIMIT_S = 30 * 24 * 3600
+
+
+@shared_task(name=TRAIN_TASK, soft_time_limit=_TRAIN_LIMIT_S, time_limit=_TRAIN_LIMIT_S + 60)
+def train_job(job_id: str) -> None:
+    from services.trainer.config import parse_config
+    from services.trainer.loop import Hooks, run
+
+    with run_job(job_id) as ctx:
+        config = parse_config(ctx.config)
+        total = config.trainer.total_steps
+
+        def on_step(step: int, metrics: dict) -> None:
+            ctx.event("metrics", metrics)
+            ctx.progress(step, total, "steps")
+
+        # A cancel stops the loop after the current step, which is then checkpointed (the job ends
+        # "cancelled" with its last checkpoint kept).
+        result = run(config, hooks=Hooks(on_step=[on_step], stop=ctx.cancel_requested), job_id=job_id)
+        ctx.set_result(
+            {
+                "output_dir": str(result.output_dir),
+                "steps": result.steps,
+                "stopped": result.stopped,
+                "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+                **{k: v for k, v in result.last_val.items() if v == v},
+            }
+        )

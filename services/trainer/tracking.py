@@ -1,0 +1,142 @@
+"""Where step metrics go: ``OUTPUT_DIR/metrics.jsonl``, the ``train_runs`` / ``train_step_metrics`` tables
+the status page reads, optionally TensorBoard, and any hook a job runner attaches. A step is written
+once: resuming from a checkpoint first removes what later steps had written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from services.common.db.engine import session_scope
+from services.common.db.models import TrainRun, TrainStepMetrics, utcnow
+
+METRICS_FILE = "metrics.jsonl"
+StepHook = Callable[[int, dict[str, float]], None]
+
+
+def run_id_for(output_dir: Path) -> str:
+    """A run is its output folder: the same folder resumes the same run."""
+    return hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()[:32]
+
+
+def clean(metrics: dict[str, Any]) -> dict[str, float | int | None]:
+    """JSON-safe numbers: non-finite values become None (JSON has no NaN) rather than corrupt a line."""
+    out: dict[str, float | int | None] = {}
+    for k, v in metrics.items():
+        value = float(v) if not isinstance(v, int) or isinstance(v, bool) else v
+        out[k] = value if not isinstance(value, float) or math.isfinite(value) else None
+    return out
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every step object of a ``metrics.jsonl`` (a torn last line from a kill is ignored)."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class MetricsLogger:
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        name: str,
+        config: dict[str, Any],
+        loggers: Iterable[str],
+        job_id: str | None = None,
+        hooks: Iterable[StepHook] = (),
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / METRICS_FILE
+        self.loggers = set(loggers)
+        self.run_id = run_id_for(self.output_dir)
+        self.hooks = list(hooks)
+        self._tb = None
+        if "db" in self.loggers:
+            with session_scope() as s:
+                run = s.get(TrainRun, self.run_id)
+                if run is None:
+                    s.add(
+                        TrainRun(
+                            id=self.run_id, name=name, output_dir=str(self.output_dir.resolve()),
+                            config=config, status="running", job_id=job_id, last_step=0,
+                        )
+                    )  # fmt: skip
+                else:
+                    run.config, run.status, run.error, run.updated_at = config, "running", None, utcnow()
+                    run.job_id = job_id or run.job_id
+        if "tensorboard" in self.loggers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise RuntimeError(
+                    "trainer.loggers includes tensorboard but the tensorboard package is not installed "
+                    "(pip install tensorboard)"
+                ) from exc
+            self._tb = SummaryWriter(str(self.output_dir / "tensorboard"))
+
+    def truncate_after(self, step: int) -> None:
+        """Forget every step after ``step`` (resuming from that step's checkpoint recomputes them)."""
+        if "jsonl" in self.loggers and self.path.exists():
+            kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= step]
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            os.replace(tmp, self.path)
+        if "db" in self.loggers:
+            with session_scope() as s:
+                s.execute(
+                    delete(TrainStepMetrics).where(
+                        TrainStepMetrics.run_id == self.run_id, TrainStepMetrics.step > step
+                    )
+                )
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, **clean(metrics)}
+        if "jsonl" in self.loggers:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        if "db" in self.loggers:
+            with session_scope() as s:
+                existing = s.scalar(
+                    select(TrainStepMetrics).where(
+                        TrainStepMetrics.run_id == self.run_id, TrainStepMetrics.step == step
+                    )
+                )
+                if existing is None:
+                    s.add(TrainStepMetrics(run_id=self.run_id, step=step, metrics=row))
+                else:
+                    existing.metrics = row
+                run = s.get(TrainRun, self.run_id)
+                if run is not None:
+                    run.last_step, run.updated_at = step, utcnow()
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, int | float):
+                    self._tb.add_scalar(k, v, step)
+        for hook in self.hooks:
+            hook(step, row)
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        if "db" in self.loggers:
+            with session_scope() as s:
+                run = s.get(TrainRun, self.run_id)
+                if run is not None:
+                    run.status, run.error, run.updated_at = status, error, utcnow()
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,170 @@
+"""One policy update over a step's sequences: mini-batches (optimizer steps) of micro-batches (gradient
+accumulation), every loss normalised by the mini-batch's global count across micro-batches and ranks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from services.trainer.actor import Actor, all_reduce_sum
+from services.trainer.algorithms import (
+    AlgorithmConfig,
+    KLMode,
+    aggregate_loss,
+    compute_kl_loss,
+    compute_policy_loss,
+    local_normaliser,
+)
+from services.trainer.batch import TokenSequence, pad_rows
+
+
+@dataclass
+class SequenceTargets:
+    """What the loss needs per sequence, each ``(R_i,)``: advantages and log-probs under the policy
+    that produced the rollout (old) and the reference model (None when KL is off).
+
+    ``old_log_probs`` None: the update is the first and only one on these weights (one mini-batch, one
+    epoch), so the old log-probs ARE the current ones: the update's own forward supplies them, detached,
+    and the separate no-grad pass is skipped (identical numbers, one forward fewer per step)."""
+
+    advantages: torch.Tensor
+    old_log_probs: torch.Tensor | None
+    ref_log_probs: torch.Tensor | None = None
+
+
+def split(indices: Sequence[int], parts: int) -> list[list[int]]:
+    """``indices`` in ``parts`` contiguous, near-equal chunks (empty chunks dropped)."""
+    size = -(-len(indices) // parts)
+    return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
+
+
+def update_policy(
+    actor: Actor,
+    sequences: Sequence[TokenSequence],
+    targets: Sequence[SequenceTargets],
+    algorithm: AlgorithmConfig,
+    *,
+    kl_coef: float,
+    entropy_coef: float,
+    temperature: float,
+    offline_term: str,
+) -> dict[str, float]:
+    """``actor.config.ppo_epochs`` passes over ``mini_batches`` optimizer steps; returns mean metrics.
+
+    ``offline_term``: ``likelihood`` scores offline responses with ratio exp(logp - sg(logp)) (their
+    "old" log-probs are the current ones, so the gradient is the advantage-weighted log-likelihood);
+    ``luffy``: LUFFY's shaping for offline tokens (``algorithm.policy_loss`` is luffy).
+    """
+    cfg = actor.config
+    _, world = actor.rank, actor.world_size
+    positions = actor.positions(sequences)
+    params = algorithm.policy_loss_params()
+    loss_name = algorithm.policy_loss.value
+    if offline_term == "likelihood" and loss_name == "luffy":
+        loss_name = "ppo"
+    sums: dict[str, list[float]] = defaultdict(list)
+    for _ in range(cfg.ppo_epochs):
+        for chunk in split(range(len(sequences)), cfg.mini_batches):
+            sub = [sequences[i] for i in chunk]
+            micro = actor.micro_batches(sub, [positions[i] for i in chunk])
+            total = all_reduce_sum(
+                sum(local_normaliser(mb.response_mask, algorithm.loss_agg) for mb in micro).to(torch.float64)
+            )
+            for mb in micro:
+                rows = [chunk[i] for i in mb.indices]
+                metrics = _micro_step(
+                    actor, mb, [sequences[i] for i in rows], [targets[i] for i in rows], algorithm,
+                    loss_name=loss_name, params=params, total=total, world=world, kl_coef=kl_coef,
+                    entropy_coef=entropy_coef, temperature=temperature, offline_term=offline_term,
+                )  # fmt: skip
+                for k, v in metrics.items():
+                    sums[k].append(v)
+            sums["grad_norm"].append(actor.step_optimizer())
+    return {
+        k: (sum(v) if k in _SUMMED else max(v) if k in _MAXED else sum(v) / len(v))
+        for k, v in sums.items()
+        if v
+    }
+
+
+# Per-micro-batch shares of a mini-batch's loss: their sum is the mini-batch value.
+_SUMMED = frozenset({"pg_loss", "kl_loss", "entropy_loss"})
+_MAXED = frozenset({"rollout_logprob_diff_max"})
+
+
+def _micro_step(
+    actor: Actor,
+    mb,
+    seqs: Sequence[TokenSequence],
+    tg: Sequence[SequenceTargets],
+    algorithm: AlgorithmConfig,
+    *,
+    loss_name: str,
+    params: dict,
+    total: torch.Tensor,
+    world: int,
+    kl_coef: float,
+    entropy_coef: float,
+    temperature: float,
+    offline_term: str,
+) -> dict[str, float]:
+    width = mb.response_mask.shape[1]
+    metrics_extra: dict[str, float] = {}
+    mask = mb.response_mask.to(actor.device)
+    log_probs, entropy = actor.forward(mb, temperature=temperature, entropy=True)
+    if tg[0].old_log_probs is None:
+        old = log_probs.detach()
+        if temperature == 1.0:
+            metrics_extra = _rollout_gap(old, seqs)
+    else:
+        old = pad_rows([t.old_log_probs.tolist() for t in tg], width).to(actor.device)
+    adv = pad_rows([t.advantages.tolist() for t in tg], width).to(actor.device)
+    offline = torch.tensor([s.offline for s in seqs], device=actor.device)
+    if offline_term == "likelihood" and offline.any():
+        # ratio exp(logp - sg(logp)) = 1 with the gradient of logp: the advantage-weighted likelihood
+        old = torch.where(offline.unsqueeze(-1), log_probs.detach(), old)
+    inputs = dict(params)
+    if loss_name == "luffy":
+        inputs["offline_mask"] = offline
+    loss, metrics = compute_policy_loss(
+        loss_name,
+        log_probs=log_probs,
+        old_log_probs=old,
+        advantages=adv,
+        response_mask=mask,
+        global_normaliser=total,
+        **inputs,
+    )
+    total_loss = loss
+    if algorithm.kl.mode is KLMode.LOSS and tg[0].ref_log_probs is not None:
+        ref = pad_rows([t.ref_log_probs.tolist() for t in tg], width).to(actor.device)
+        kl_loss, kl_metrics = compute_kl_loss(
+            log_probs, ref, mask, coef=kl_coef, estimator=algorithm.kl.estimator,
+            loss_agg=algorithm.loss_agg, global_normaliser=total,
+        )  # fmt: skip
+        total_loss = total_loss + kl_loss
+        metrics.update(kl_metrics)
+    if entropy is not None:
+        ent = aggregate_loss(entropy, mask, algorithm.loss_agg, global_normaliser=total)
+        metrics["entropy_loss"] = float(ent)
+        metrics["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+        if entropy_coef:
+            total_loss = total_loss - entropy_coef * ent
+    # FSDP averages gradients over ranks; the losses above are already shares of the global count.
+    (total_loss * world).backward()
+    return {**{k: float(v) for k, v in metrics.items()}, **metrics_extra}
+
+
+def _rollout_gap(log_probs: torch.Tensor, seqs: Sequence[TokenSequence]) -> dict[str, float]:
+    """Largest |actor - rollout| log-prob of a sampled token: train/infer consistency, watched per step."""
+    gaps = [
+        float(
+            (log_probs[row, : len(s.rollout_logprobs)].cpu() - torch.tensor(s.rollout_logprobs)).abs().max()
+        )
+        for row, s in enumerate(seqs)
+        if s.rollout_logprobs
+    ]
+    return {"rollout_logprob_diff_max": max(gaps)} if gaps else {}

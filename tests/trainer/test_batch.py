@@ -1,0 +1,49 @@
+"""Packing by token budget and collation: left-padded prompts, right-padded responses, vision tensors
+concatenated in sequence order, and the logits columns that score the responses."""
+
+from __future__ import annotations
+
+import torch
+
+from services.trainer.batch import PromptInputs, TokenSequence, collate, pack
+
+
+def test_pack_by_padded_size() -> None:
+    assert pack([3, 3, 5, 2], 9) == [[0, 1], [2], [3]]  # 3 x 5 and 2 x 5 exceed 9
+    assert pack([3, 3, 5, 2], 10) == [[0, 1], [2, 3]]
+    assert pack([12, 1], 10) == [[0], [1]]  # longer than the budget: alone
+    assert pack([2, 2, 2, 2, 2], 10) == [[0, 1, 2, 3, 4]]
+    assert pack([], 10) == []
+
+
+def _types(rows):
+    return [[1 if t == 9 else 0 for t in r] for r in rows]
+
+
+def test_collate_layout() -> None:
+    a = PromptInputs(
+        "a",
+        [5, 9, 9, 6],
+        {"pixel_values_videos": torch.ones(2, 3), "video_grid_thw": torch.tensor([[1, 1, 2]])},
+    )
+    b = PromptInputs(
+        "b",
+        [7, 9, 9],
+        {"pixel_values_videos": torch.zeros(2, 3), "video_grid_thw": torch.tensor([[1, 2, 1]])},
+    )
+    seqs = [TokenSequence(a, [11, 12]), TokenSequence(b, [13, 14, 15])]
+    pos = [torch.arange(6).expand(3, 6), torch.arange(6).expand(3, 6) + 10]
+    mb = collate(seqs, [0, 1], pad_id=0, positions=pos, mm_token_types=_types)
+    # P = 4, R = 3: b's prompt is left-padded by one, a's response right-padded by one
+    assert mb.inputs["input_ids"].tolist() == [[5, 9, 9, 6, 11, 12, 0], [0, 7, 9, 9, 13, 14, 15]]
+    assert mb.inputs["attention_mask"].tolist() == [[1, 1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 1]]
+    assert mb.inputs["mm_token_type_ids"].tolist() == [[0, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0, 0]]
+    assert mb.response_ids.tolist() == [[11, 12, 0], [13, 14, 15]]
+    assert mb.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    # logits at columns 3..5 predict the tokens at columns 4..6: the responses
+    assert mb.logits_to_keep.tolist() == [3, 4, 5]
+    assert mb.inputs["position_ids"].shape == (3, 2, 7)
+    assert mb.inputs["position_ids"][0, 0].tolist() == [0, 1, 2, 3, 4, 5, 0]
+    assert mb.inputs["position_ids"][0, 1].tolist() == [0, 10, 11, 12, 13, 14, 15]
+    assert mb.inputs["pixel_values_videos"].tolist() == [[1.0] * 3] * 2 + [[0.0] * 3] * 2
+    assert mb.inputs["video_grid_thw"].tolist() == [[1, 1, 2], [1, 2, 1]]
