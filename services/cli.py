@@ -15,6 +15,8 @@ app.add_typer(worker_app, name="worker")
 app.add_typer(cache_app, name="cache")
 db_app = typer.Typer(no_args_is_help=True, help="Maintain the database schema.")
 app.add_typer(db_app, name="db")
+token_app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the jobs API (stored hashed).")
+app.add_typer(token_app, name="token")
 
 
 @app.command()
@@ -88,6 +90,93 @@ def worker_preprocess(concurrency: int = typer.Option(2, "-c", "--concurrency", 
     celery.worker_main(
         ["worker", "-Q", "preprocess", "-c", str(concurrency), "-P", "prefork", "--loglevel", "INFO"]
     )
+
+
+@worker_app.command("preprocess-jobs")
+def worker_preprocess_jobs(concurrency: int = typer.Option(4, "-c", "--concurrency", min=1)) -> None:
+    """Runs submitted preprocess jobs (each queues its clips for `reelrl worker preprocess` and waits)."""
+    import services.preprocess.job_task as job_task
+    from services.common.celery_app import get_celery
+
+    # Threads: a job only waits on the database, and one process holds many.
+    get_celery().worker_main(
+        ["worker", "-Q", job_task.JOB_QUEUE, "-c", str(concurrency), "-P", "threads", "--loglevel", "INFO"]
+    )
+
+
+@serve_app.command("api")
+def serve_api(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (tokens are required off loopback)."),
+    port: int = typer.Option(8000, help="Port to bind."),
+) -> None:
+    """The jobs API and status page (REST + server-sent events)."""
+    from services.api.cli import serve_api as run
+
+    run(host=host, port=port)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(
+    ctx: typer.Context,
+    kind: str = typer.Argument(..., help="preprocess, train or eval."),
+    config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML or JSON job config."),
+    key: str = typer.Option(None, "--key", help="Idempotency key: resubmitting it names the same job."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Show progress until the job ends."),
+) -> None:
+    """Submit a job to the API: CONFIG plus dotted overrides, e.g. `video_params.fps=4`. Prints its id."""
+    from services.api.cli import submit_command
+
+    raise typer.Exit(submit_command(kind, config, list(ctx.args), key, follow))
+
+
+@app.command()
+def status(
+    job_id: str = typer.Argument(None, help="A job id (omit to list jobs)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Progress bar from the job's event stream."),
+    kind: str = typer.Option(None, help="List only this kind."),
+    state: str = typer.Option(None, help="List only this state."),
+    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON."),
+) -> None:
+    """Jobs and their progress, from the API (REELRL_API_URL, REELRL_API_TOKEN)."""
+    from services.api.cli import status_command
+
+    raise typer.Exit(status_command(job_id, follow, kind, state, as_json))
+
+
+@token_app.command("create")
+def token_create(
+    scopes: str = typer.Option(..., help="Comma-separated: read, submit, admin."),
+    name: str = typer.Option(None, help="A name to revoke it by (default: generated)."),
+) -> None:
+    """Create a token and print it once."""
+    from services.api.cli import token_create as run
+
+    raise typer.Exit(run(name, scopes))
+
+
+@token_app.command("revoke")
+def token_revoke(name: str = typer.Argument(..., help="The token's name.")) -> None:
+    """Revoke a token at once."""
+    from services.api.cli import token_revoke as run
+
+    raise typer.Exit(run(name))
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """Names, scopes and dates of every token (never the tokens themselves)."""
+    from services.api.cli import token_list as run
+
+    raise typer.Exit(run())
+
+
+@worker_app.command("train")
+def worker_train() -> None:
+    """A training worker: runs `train` jobs one at a time in this process (vLLM and Ray spawn children)."""
+    import services.trainer.tasks  # noqa: F401  (registers the service's tasks with the shared app)
+    from services.common.celery_app import get_celery
+
+    get_celery().worker_main(["worker", "-Q", "train", "-P", "solo", "--loglevel", "INFO"])
 
 
 @serve_app.command("reward")

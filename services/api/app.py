@@ -1,0 +1,128 @@
+"""The jobs API and status page (FastAPI): ``uvicorn --factory services.api.app:create_app``.
+
+REST under ``/v1`` (SPEC §7), server-sent events, Prometheus ``/metrics``, and the status page's
+server-rendered HTML with its static assets (served from the package: no CDN). On start it migrates
+the database and runs the reaper that fails jobs whose worker stopped heartbeating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.api import pages
+from services.api.auth import AuthFailed, AuthMiddleware
+from services.api.kinds import KindUnavailable
+from services.api.limits import BodyLimitMiddleware
+from services.api.metrics_prom import ApiMetrics, MetricsMiddleware
+from services.api.routes import router
+from services.api.service import BrokerUnavailable, JobService
+from services.api.settings import ApiSettings
+from services.common.db import ensure_schema
+from services.common.jobs import JobConflict, JobNotFound, JobSettings, reap_stale_jobs
+
+log = logging.getLogger(__name__)
+
+
+async def _reap_forever(interval_s: float) -> None:
+    while True:
+        try:
+            await anyio.to_thread.run_sync(reap_stale_jobs)
+        except SQLAlchemyError as exc:
+            log.warning("reaper: database unavailable: %s", exc)
+        await anyio.sleep(interval_s)
+
+
+def _wants_html(request: Request) -> bool:
+    path = request.url.path
+    return not (path.startswith("/v1/") or path in ("/metrics", "/healthz"))
+
+
+def _auth_response(request: Request, failure: AuthFailed) -> Response:
+    if _wants_html(request):
+        return pages.auth_page(request, failure)
+    headers = {"WWW-Authenticate": "Bearer"} if failure.status == 401 else None
+    return JSONResponse({"detail": failure.detail}, status_code=failure.status, headers=headers)
+
+
+def create_app(settings: ApiSettings | None = None, jobs: JobService | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+    job_settings = JobSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(ensure_schema)
+        if not settings.auth_required:
+            log.warning(
+                "the jobs API is OPEN: requests without a token may submit and cancel jobs (bound to %s; "
+                "set REELRL_API_AUTH=required to require tokens)",
+                settings.host,
+            )
+        reaper = asyncio.create_task(_reap_forever(settings.reaper_interval_s or job_settings.heartbeat_s))
+        try:
+            yield
+        finally:
+            reaper.cancel()
+
+    app = FastAPI(
+        title="ReelRL jobs API",
+        version="1",
+        description="Submit preprocess, train and eval jobs and watch them (SPEC §7).",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.jobs = jobs or JobService()
+    app.state.metrics = ApiMetrics()
+
+    @app.exception_handler(JobNotFound)
+    async def _not_found(request: Request, exc: JobNotFound) -> Response:
+        if _wants_html(request):
+            return pages.not_found_page(request, str(exc))
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(JobConflict)
+    async def _conflict(request: Request, exc: JobConflict) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(KindUnavailable)
+    async def _unavailable(request: Request, exc: KindUnavailable) -> Response:
+        detail = [
+            {
+                "loc": ["body", "kind"],
+                "msg": f"kind not available in this installation ({exc})",
+                "type": "kind_unavailable",
+            }
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(BrokerUnavailable)
+    async def _broker(request: Request, exc: BrokerUnavailable) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(AuthFailed)
+    async def _auth(request: Request, exc: AuthFailed) -> Response:
+        return _auth_response(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own handler, minus pydantic's context objects (not always JSON-serialisable).
+        errors = [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+    app.include_router(router)
+    app.include_router(pages.router)
+    pages.mount_static(app)
+    # Outermost first: size limit, then authentication, then metrics around the routes.
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(AuthMiddleware, required=settings.auth_required, on_failure=_auth_response)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    return app

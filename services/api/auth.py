@@ -1,0 +1,113 @@
+"""Who is asking, checked before a request reaches any route: bearer token → scopes.
+
+GET and HEAD need ``read``, every other method ``submit`` (``admin`` allows all). The status page
+sends the token as a cookie set by ``/login`` (accepted for GET and HEAD only, so a cross-site form
+cannot submit jobs). When the API runs open, a request without a token may do everything; a token
+that is given is still checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import anyio
+from fastapi import Depends, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from services.api.tokens import Scope as TokenScope
+from services.api.tokens import authenticate
+
+COOKIE = "reelrl_token"
+PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/login"})
+PUBLIC_PREFIXES = ("/static/",)
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str | None  # the token's name; None for an anonymous request to an open API
+    scopes: frozenset[TokenScope]
+
+    def allows(self, scope: TokenScope) -> bool:
+        return scope in self.scopes or TokenScope.admin in self.scopes
+
+
+ANONYMOUS_OPEN = Principal(None, frozenset(TokenScope))
+
+
+class AuthFailed(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def _bearer(headers: dict[str, str], method: str, cookies: dict[str, str]) -> str | None:
+    header = headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise AuthFailed(401, "the Authorization header must be 'Bearer <token>'")
+        return value.strip()
+    if method in _SAFE_METHODS:
+        return cookies.get(COOKIE) or None
+    return None
+
+
+def resolve_principal(token: str | None, required: bool) -> Principal:
+    if token is None:
+        if required:
+            raise AuthFailed(401, "a bearer token is required (create one with `reelrl token create`)")
+        return ANONYMOUS_OPEN
+    info = authenticate(token)
+    if info is None:
+        raise AuthFailed(401, "invalid or revoked token")
+    return Principal(info.name, frozenset(info.scopes))
+
+
+def needed_scope(method: str) -> TokenScope:
+    return TokenScope.read if method in _SAFE_METHODS else TokenScope.submit
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+class AuthMiddleware:
+    """Authenticates and checks the scope of every non-public request before it is parsed or routed.
+
+    Failures call ``on_failure(scope, AuthFailed)`` for the response (JSON for the API, a login page
+    for the status page); nothing else runs.
+    """
+
+    def __init__(self, app: ASGIApp, required: bool, on_failure) -> None:
+        self.app, self.required, self.on_failure = app, required, on_failure
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        method = scope["method"]
+        try:
+            token = _bearer(dict(request.headers), method, dict(request.cookies))
+            principal = await anyio.to_thread.run_sync(resolve_principal, token, self.required)
+            scope_needed = needed_scope(method)
+            if not principal.allows(scope_needed):
+                raise AuthFailed(403, f"token {principal.name!r} lacks the {scope_needed.value!r} scope")
+        except AuthFailed as failure:
+            response = self.on_failure(request, failure)
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
+
+
+def current_principal(request: Request) -> Principal:
+    principal = getattr(request.state, "principal", None)
+    if principal is None:  # a public path: nobody in particular
+        return Principal(None, frozenset())
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

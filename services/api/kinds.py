@@ -1,0 +1,68 @@
+"""Job kinds: each names its config model (imported lazily by dotted path) and its Celery task.
+
+A kind whose service is not installed (its config model does not import) answers "not available"
+instead of accepting jobs nobody can run.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class JobKind(enum.StrEnum):
+    preprocess = "preprocess"
+    train = "train"
+    eval = "eval"
+
+
+class KindUnavailable(LookupError):
+    """The kind's service is not part of this installation."""
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    config_model: str  # "package.module:ClassName", a pydantic model that rejects unknown keys
+    task: str  # Celery task name; called with kwargs {"job_id": ...}
+    queue: str
+
+    def load_model(self) -> type[BaseModel]:
+        module_name, _, attr = self.config_model.partition(":")
+        try:
+            model = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise KindUnavailable(f"{exc.__class__.__name__}: {exc}") from exc
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise TypeError(f"{self.config_model} is not a pydantic model")
+        return model
+
+    def validate(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config checked by the service's own model, defaults filled in, as JSON types.
+
+        Raises ``pydantic.ValidationError`` naming the bad fields, or :class:`KindUnavailable`.
+        """
+        return self.load_model().model_validate(config).model_dump(mode="json")
+
+
+KINDS: dict[JobKind, KindSpec] = {
+    # Waits on the clip tasks of the `preprocess` queue, so it runs in a pool of its own: a
+    # coordinator holding the pool's only slot would wait forever for clips nobody decodes.
+    JobKind.preprocess: KindSpec(
+        "services.preprocess.job_config:PreprocessJobConfig", "reelrl.preprocess.job", "preprocess-jobs"
+    ),
+    JobKind.train: KindSpec("services.trainer.config:TrainConfig", "reelrl.train.run", "train"),
+    JobKind.eval: KindSpec("services.eval.config:EvalConfig", "reelrl.eval.run", "eval"),
+}
+
+
+def kind_spec(kind: JobKind | str) -> KindSpec:
+    try:
+        return KINDS[JobKind(kind)]
+    except ValueError:
+        raise KindUnavailable(
+            f"unknown job kind {kind!r}; known: {', '.join(k.value for k in JobKind)}"
+        ) from None

@@ -1,0 +1,161 @@
+"""The status page: server-rendered HTML (Jinja2) with a little JavaScript served from the package.
+
+Pages: jobs (live over SSE), one job (progress; training curves; eval tables), frame cache, login.
+The browser authenticates with a cookie holding the token (set by ``/login``, HttpOnly, SameSite).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from services.api.auth import COOKIE, AuthFailed, current_principal
+from services.api.charts import panels_json
+from services.api.eval_tables import eval_tables
+from services.api.kinds import JobKind
+from services.api.service import cache_stats, checked_job_id, results
+from services.api.tokens import authenticate
+from services.common.db.models import JobState
+from services.common.jobs import get_job, job_events, list_jobs
+
+_HERE = Path(__file__).parent
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=_HERE / "templates")
+# Scripts and styles come only from /static: no inline code, no third-party origin.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+_RECENT_EVENTS = 30
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _when(value: datetime | None) -> str:
+    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—" if value is None else str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+
+
+templates.env.filters.update(bytes=_bytes, when=_when, number=_number)
+
+
+def mount_static(app: FastAPI) -> None:
+    app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
+
+
+def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    settings = request.app.state.settings
+    context = {"principal": current_principal(request), "auth_required": settings.auth_required, **context}
+    response = templates.TemplateResponse(request, name, context, status_code=status)
+    response.headers["Content-Security-Policy"] = CSP
+    return response
+
+
+def auth_page(request: Request, failure: AuthFailed) -> HTMLResponse:
+    return render(
+        request, "login.html", {"message": failure.detail, "next": request.url.path}, failure.status
+    )
+
+
+def not_found_page(request: Request, message: str) -> HTMLResponse:
+    return render(request, "not_found.html", {"message": message}, 404)
+
+
+@router.get("/", response_class=HTMLResponse)
+def jobs_page(request: Request, kind: JobKind | None = None, state: JobState | None = None) -> HTMLResponse:
+    items, total = list_jobs(kind.value if kind else None, state, limit=200)
+    page = {"kind": kind.value if kind else None, "state": state.value if state else None}
+    return render(
+        request,
+        "jobs.html",
+        {"jobs": items, "total": total, "kind": kind, "state": state, "kinds": list(JobKind),
+         "states": list(JobState), "page_data": page},
+    )  # fmt: skip
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, job_id: str) -> HTMLResponse:
+    job = get_job(checked_job_id(job_id))
+    events = job_events(job.id, types=None)
+    recent = [e for e in events if e.type not in ("metrics", "result")][-_RECENT_EVENTS:]
+    context: dict[str, Any] = {"job": job, "recent": recent, "config_json": json.dumps(job.config, indent=2)}
+    if job.result is not None:
+        context["result_json"] = json.dumps(job.result, indent=2)
+    if job.kind == JobKind.eval:
+        context["tables"] = eval_tables(results(job.id))
+    page = {
+        "job_id": job.id, "kind": job.kind, "state": job.state.value, "last_event": job.last_event,
+        "panels": panels_json() if job.kind == JobKind.train else [],
+    }  # fmt: skip
+    context["page_data"] = page
+    return render(request, "job.html", context)
+
+
+@router.get("/jobs/{job_id}/results.html", response_class=HTMLResponse)
+def eval_results_fragment(request: Request, job_id: str) -> HTMLResponse:
+    tables = eval_tables(results(checked_job_id(job_id)))
+    return render(request, "results_table.html", {"tables": tables})
+
+
+@router.get("/cache", response_class=HTMLResponse)
+def cache_page(request: Request) -> HTMLResponse:
+    return render(request, "cache.html", {"stats": cache_stats()})
+
+
+def _local_path(target: str | None) -> str:
+    # Only paths on this site: never an open redirect.
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, next: str = "/") -> HTMLResponse:
+    return render(request, "login.html", {"message": None, "next": _local_path(next)})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0].strip()
+    target = _local_path((form.get("next") or ["/"])[0])
+    info = await anyio.to_thread.run_sync(authenticate, token) if token else None
+    if info is None:
+        return render(request, "login.html", {"message": "invalid or revoked token", "next": target}, 401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
+    )
+    return response
+
+
+@router.get("/logout")
+def logout() -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response

@@ -1,0 +1,38 @@
+"""Settings of the jobs API and status page, from ``REELRL_API_*`` environment variables."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REELRL_API_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="interface to bind")
+    port: int = Field(8000, ge=0, le=65535)
+    # None: open only when bound to a loopback interface, required otherwise.
+    auth: Literal["required", "open"] | None = Field(None, description="require bearer tokens or not")
+    max_body_bytes: int = Field(1024 * 1024, gt=0, description="larger request bodies get 413")
+    sse_poll_s: float = Field(0.5, gt=0, description="how often an event stream looks for news")
+    sse_ping_s: float = Field(15.0, gt=0, description="keep-alive comment interval of event streams")
+    # None: every job heartbeat interval (REELRL_JOB_HEARTBEAT_S).
+    reaper_interval_s: float | None = Field(None, gt=0)
+
+    @property
+    def auth_required(self) -> bool:
+        if self.auth is not None:
+            return self.auth == "required"
+        return not is_loopback(self.host)

@@ -1,0 +1,67 @@
+"""The config of a ``preprocess`` job submitted over the API: which dataset, where to write, how to decode.
+
+Paths must lie inside the configured data roots (``REELRL_DATA_ROOTS``): a job names files on the
+server, so without roots no path is accepted. Relative paths are taken under the roots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from services.common.frames import VideoParams
+from services.common.settings import get_settings
+from services.preprocess.dataset import InputError, resolve_video
+
+
+def _roots() -> list[Path]:
+    roots = get_settings().data_roots
+    if not roots:
+        raise ValueError(
+            "no data roots are configured, so a job may not name files: set REELRL_DATA_ROOTS to the "
+            "folders (':'-separated) jobs may read and write, for the API and its workers"
+        )
+    return [root.resolve() for root in roots]
+
+
+class PreprocessJobConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: Path = Field(description="input JSONL under a data root (absolute, or relative to the roots)")
+    out: Path = Field(description="output JSONL to write under a data root; failures go beside it")
+    video_params: VideoParams = Field(default_factory=VideoParams, description="decode parameters")
+    workers: int = Field(
+        0, ge=0, le=64, description="decode processes the job starts for itself (0: the running pool)"
+    )
+    timeout_s: float | None = Field(None, gt=0, description="give up (job failed) after this long")
+    retry_failed: bool = Field(False, description="decode again clips that failed in an earlier run")
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_inside_roots(cls, value: Path) -> Path:
+        roots = _roots()
+        try:
+            return resolve_video(str(value), roots[0], roots)
+        except (InputError, OSError) as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("out")
+    @classmethod
+    def _out_inside_roots(cls, value: Path) -> Path:
+        roots = _roots()
+        try:
+            path = (value if value.is_absolute() else roots[0] / value).resolve()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{value}: {exc}") from None
+        if not any(path.is_relative_to(root) for root in roots):
+            raise ValueError(f"{value}: resolves to {path}, outside the data roots {[str(r) for r in roots]}")
+        if path.is_dir():
+            raise ValueError(f"{value}: is a directory; name the output JSONL file")
+        return path
+
+    @model_validator(mode="after")
+    def _not_in_place(self) -> PreprocessJobConfig:
+        if self.out == self.dataset:
+            raise ValueError("out must differ from dataset (the input would be overwritten)")
+        return self

@@ -1,0 +1,143 @@
+"""Bearer tokens: stored hashed, scoped; unauthenticated → 401, out of scope → 403, neither touches anything."""
+
+import hashlib
+
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from services.api.settings import ApiSettings
+from services.api.tokens import Scope, TokenError, authenticate, create_token, parse_scopes, revoke_token
+from services.cli import app as cli
+from services.common.db import session_scope
+from services.common.db.models import ApiToken
+from services.common.jobs import list_jobs
+
+BODY = {"kind": "preprocess", "config": {"dataset": "train.jsonl", "out": "o.jsonl"}}
+
+
+@pytest.fixture
+def locked(make_client):
+    return make_client(auth="required")
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_unauthenticated_requests_are_401_and_change_nothing(locked):
+    for method, path in [
+        ("GET", "/v1/jobs"),
+        ("GET", "/v1/cache/stats"),
+        ("GET", "/metrics"),
+        ("POST", "/v1/jobs"),
+    ]:
+        response = locked.request(method, path, json=BODY if method == "POST" else None)
+        assert response.status_code == 401, (method, path)
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert "token is required" in response.json()["detail"]
+    # Authentication comes before parsing: even a malformed body gets 401.
+    garbage = locked.post("/v1/jobs", content=b"{not json", headers={"content-type": "application/json"})
+    assert garbage.status_code == 401
+    for header in ("Basic dXNlcjpwYXNz", "Bearer", "Bearer rrl_not-a-real-token"):
+        assert locked.get("/v1/jobs", headers={"Authorization": header}).status_code == 401
+    assert list_jobs()[1] == 0
+    # Liveness and the schema stay public.
+    assert locked.get("/healthz").status_code == 200 and locked.get("/openapi.json").status_code == 200
+
+
+def test_scopes(locked):
+    reader = create_token("reader", [Scope.read])
+    submitter = create_token("ci", [Scope.read, Scope.submit])
+    other = create_token("other", [Scope.submit])
+    admin = create_token("root", [Scope.admin])
+
+    assert locked.get("/v1/jobs", headers=bearer(reader)).status_code == 200
+    refused = locked.post("/v1/jobs", json=BODY, headers=bearer(reader))
+    assert refused.status_code == 403 and "lacks the 'submit' scope" in refused.json()["detail"]
+    assert list_jobs()[1] == 0
+
+    accepted = locked.post("/v1/jobs", json=BODY, headers=bearer(submitter))
+    assert accepted.status_code == 202
+    job_id = accepted.json()["id"]
+    assert locked.get(f"/v1/jobs/{job_id}", headers=bearer(submitter)).json()["owner"] == "ci"
+    # submit without read: may submit, may not list
+    assert locked.get("/v1/jobs", headers=bearer(other)).status_code == 403
+    # Only the owner or an admin cancels a job.
+    foreign = locked.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(other))
+    assert foreign.status_code == 403 and "admin" in foreign.json()["detail"]
+    assert locked.get(f"/v1/jobs/{job_id}", headers=bearer(admin)).json()["state"] == "queued"
+    assert locked.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(admin)).json()["state"] == "cancelled"
+    mine = locked.post("/v1/jobs", json={**BODY, "idempotency_key": "k"}, headers=bearer(submitter)).json()[
+        "id"
+    ]
+    assert locked.post(f"/v1/jobs/{mine}/cancel", headers=bearer(submitter)).status_code == 200
+
+
+def test_tokens_are_stored_hashed_and_revocable(locked):
+    token = create_token("ci", [Scope.read])
+    assert token.startswith("rrl_") and len(token) > 40
+    with session_scope() as session:
+        row = session.scalar(select(ApiToken))
+        stored = [str(getattr(row, c.key)) for c in ApiToken.__table__.columns]
+    assert not any(token in value for value in stored)
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert authenticate(token).name == "ci"
+    revoke_token("ci")
+    assert authenticate(token) is None
+    assert locked.get("/v1/jobs", headers=bearer(token)).status_code == 401
+    with pytest.raises(TokenError, match="no active token"):
+        revoke_token("ci")
+    with pytest.raises(TokenError, match="exists already"):
+        create_token("ci", [Scope.read])
+    with pytest.raises(TokenError, match="unknown scope"):
+        parse_scopes("read,write")
+    assert parse_scopes("submit, read") == [Scope.read, Scope.submit]
+
+
+def test_pages_need_a_token_and_the_cookie_only_reads(locked):
+    page = locked.get("/")
+    assert page.status_code == 401 and 'name="token"' in page.text
+    assert locked.get("/cache").status_code == 401
+    assert locked.get("/static/app.css").status_code == 200  # assets are public
+    token = create_token("viewer", [Scope.read, Scope.submit])
+    wrong = locked.post("/login", data={"token": "rrl_wrong", "next": "/cache"}, follow_redirects=False)
+    assert wrong.status_code == 401 and "invalid or revoked token" in wrong.text
+    login = locked.post("/login", data={"token": token, "next": "/cache"}, follow_redirects=False)
+    assert login.status_code == 303 and login.headers["location"] == "/cache"
+    cookie = login.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert locked.get("/cache").status_code == 200 and "signed in as" in locked.get("/").text
+    # A cookie never authorises a write (a cross-site form cannot submit jobs).
+    assert locked.post("/v1/jobs", json=BODY).status_code == 401
+    assert list_jobs()[1] == 0
+    off_site = locked.post("/login", data={"token": token, "next": "//evil.example"}, follow_redirects=False)
+    assert off_site.headers["location"] == "/"
+
+
+def test_open_mode_and_the_default(make_client):
+    open_api = make_client(auth="open")
+    assert open_api.post("/v1/jobs", json=BODY).status_code == 202
+    assert "open API" in open_api.get("/").text
+    # A token that is given is still checked.
+    assert open_api.get("/v1/jobs", headers=bearer("rrl_forged")).status_code == 401
+    # Default: open on loopback binds only.
+    assert not ApiSettings(host="127.0.0.1").auth_required
+    assert not ApiSettings(host="::1").auth_required
+    assert ApiSettings(host="0.0.0.0").auth_required
+    assert ApiSettings(host="10.1.2.3").auth_required
+    assert ApiSettings(host="127.0.0.1", auth="required").auth_required
+
+
+def test_token_commands(reelrl_home):
+    runner = CliRunner()
+    created = runner.invoke(cli, ["token", "create", "--scopes", "read,submit", "--name", "ci"])
+    assert created.exit_code == 0, created.output
+    token = created.stdout.strip().splitlines()[-1]
+    assert authenticate(token).scopes == [Scope.read, Scope.submit]
+    listed = runner.invoke(cli, ["token", "list"])
+    assert listed.exit_code == 0 and "ci" in listed.stdout and token not in listed.stdout
+    assert runner.invoke(cli, ["token", "create", "--scopes", "write"]).exit_code == 2
+    assert runner.invoke(cli, ["token", "revoke", "ci"]).exit_code == 0
+    assert authenticate(token) is None
+    assert runner.invoke(cli, ["token", "revoke", "ci"]).exit_code == 1
