@@ -9,6 +9,7 @@ global token (or sequence) count across micro-batches and ranks, so DAPO's token
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -119,6 +120,18 @@ class PolicyModel:
             for g in groups
         ]
 
+    def aligned(self, micro: list[MicroBatch]) -> list[MicroBatch]:
+        """``micro`` padded to the largest count on any rank with dummy repeats of its last micro-batch:
+        every FSDP forward gathers parameters collectively, so all ranks must run as many (a rank that
+        ran fewer would leave the others waiting forever)."""
+        if self.world_size == 1:
+            return micro
+        if not micro:
+            raise ValueError(f"rank {self.rank} has no sequence to run: give every rank at least one")
+        count = torch.tensor(len(micro))
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return micro + [dataclasses.replace(micro[-1], dummy=True) for _ in range(int(count) - len(micro))]
+
     # -- scoring --------------------------------------------------------------------------------------
 
     def forward(
@@ -145,8 +158,10 @@ class PolicyModel:
     ) -> list[torch.Tensor]:
         """Per-sequence log-probs (each ``(R_i,)``, float32, on CPU), in order."""
         out: list[torch.Tensor | None] = [None] * len(sequences)
-        for mb in self.micro_batches(sequences, self.positions(sequences)):
+        for mb in self.aligned(self.micro_batches(sequences, self.positions(sequences))):
             logp, _ = self.forward(mb, temperature=temperature)
+            if mb.dummy:
+                continue
             for row, i in enumerate(mb.indices):
                 out[i] = logp[row, : len(sequences[i].response_ids)].detach().cpu()
         return out  # type: ignore[return-value]

@@ -61,6 +61,8 @@ class MicroBatch:
     response_mask: torch.Tensor  # (B, R) float
     response_ids: torch.Tensor  # (B, R) long, 0 on padding
     logits_to_keep: torch.Tensor  # (R,) columns whose logits score the responses
+    # A repeat whose loss is multiplied by 0: ranks of an FSDP group must run equally many forwards.
+    dummy: bool = False
 
 
 def pack(lengths: Sequence[int], token_budget: int) -> list[list[int]]:

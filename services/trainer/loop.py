@@ -23,13 +23,9 @@ import torch
 from services.common.frames import FrameStore
 from services.reward import RewardResult, make_reward_client
 from services.reward.client import RewardServiceError
-from services.rollout.consistency import processor_inputs
-from services.rollout.media import load_media
-from services.rollout.prompts import render_prompt
 from services.rollout.samples import RolloutGroup
 from services.rollout.sources import RealtimeSource
 from services.trainer import checkpoints as ckpt
-from services.trainer.actor import Actor, PolicyModel
 from services.trainer.algorithms import (
     KLMode,
     compute_advantages,
@@ -39,11 +35,12 @@ from services.trainer.algorithms import (
     overlong_penalty,
 )
 from services.trainer.algorithms.kl import apply_kl_reward_penalty, kl_penalty
-from services.trainer.batch import PromptInputs, TokenSequence, pad_rows
+from services.trainer.batch import pad_rows
 from services.trainer.config import TrainConfig, dump_config
 from services.trainer.data import StatefulLoader, TrainSample, prepare_split
+from services.trainer.group import LocalActorGroup
 from services.trainer.tracking import MetricsLogger
-from services.trainer.update import SequenceTargets, update_policy
+from services.trainer.update import SequenceTargets
 
 log = logging.getLogger(__name__)
 
@@ -183,16 +180,18 @@ class Trainer:
 
     def _setup_models(self, model_path: str) -> None:
         cfg = self.config
-        actor_cfg = cfg.actor.model_copy(update={"model_path": model_path})
-        self.actor = Actor(actor_cfg, total_steps=cfg.trainer.total_steps)
-        # The reference is the run's initial weights, also when resuming.
-        self.reference = (
-            PolicyModel(cfg.actor, trainable=False) if cfg.algorithm.needs_reference_model else None
-        )
+        source = self.realtime if self.realtime is not None else self.store
+        if cfg.trainer.use_ray:
+            from services.trainer.ray_group import RayActorGroup
+
+            self.group = RayActorGroup(cfg, model_path, self.store.root, cfg.effective_rollout())
+        else:
+            self.group = LocalActorGroup(cfg, model_path, source, cfg.effective_rollout())
         self.kl_controller = make_kl_controller(cfg.algorithm.kl)
         self.reward_client = make_reward_client(cfg.reward)
 
     def _setup_rollout(self, model_path: str) -> None:
+        """The vLLM engine, in this process (its workers are its own processes)."""
         from services.rollout.engine import RolloutEngine
 
         source = self.realtime if self.realtime is not None else self.store
@@ -242,7 +241,7 @@ class Trainer:
         return RunResult(self.output_dir, done, stopped, last_val, saved)
 
     def train_step(self, step: int) -> dict[str, float]:
-        cfg, algo = self.config, self.config.algorithm
+        cfg = self.config
         timer = Timer()
         metrics: dict[str, float] = {}
 
@@ -252,29 +251,26 @@ class Trainer:
         with timer("reward"):
             scored = self.score(step, samples, groups)
         with timer("prepare"):
-            sequences = self.sequences(samples, groups)
+            self.group.load_batch([s.rollout for s in samples], groups)
         temperature = cfg.rollout.temperature or 1.0
         # Old log-probs need their own pass only when the weights move before the last update reads
         # them (several mini-batches or epochs) or when KL needs them before the update.
         single_update = cfg.actor.mini_batches * cfg.actor.ppo_epochs == 1
         old: list[torch.Tensor] | None = None
-        if not single_update or self.reference is not None:
+        if not single_update or self.config.algorithm.needs_reference_model:
             with timer("old_log_prob"):
-                old = self.actor.log_probs(sequences, temperature=temperature)
+                old = self.group.log_probs(temperature=temperature)
         ref = None
-        if self.reference is not None:
+        if self.config.algorithm.needs_reference_model:
             with timer("ref"):
-                ref = self.reference.log_probs(sequences, temperature=temperature)
+                ref = self.group.log_probs(temperature=temperature, reference=True)
 
         with timer("adv"):
-            advantages, adv_metrics = self.advantages(samples, groups, sequences, scored, old, ref)
+            advantages, adv_metrics = self.advantages(samples, groups, scored, old, ref)
         metrics.update(adv_metrics)
 
-        offline_term = self._offline_term(step)
         with timer("update"):
-            update = update_policy(
-                self.actor,
-                sequences,
+            update = self.group.update(
                 [
                     SequenceTargets(a, o, r)
                     for a, o, r in zip(
@@ -284,21 +280,19 @@ class Trainer:
                         strict=True,
                     )
                 ],
-                algo,
                 kl_coef=self.kl_controller.coef,
                 entropy_coef=cfg.actor.entropy_coef,
                 temperature=temperature,
-                offline_term=offline_term,
+                offline_term=self._offline_term(step),
             )
-        metrics["actor/lr"] = self.actor.lr
-        self.actor.scheduler.step()
+        metrics["actor/lr"] = self.group.scheduler_step()
         with timer("weight_sync"):
-            self.engine.push_weights(self.actor.full_state_dict())
+            self.engine.push_weights(self.group.state_dict())
 
         metrics.update({f"actor/{k}": v for k, v in update.items()})
-        metrics.update(self.step_metrics(samples, groups, sequences, scored, old))
+        metrics.update(self.step_metrics(samples, groups, scored))
         metrics.update(timer.metrics())
-        tokens = sum(s.length for s in sequences)
+        tokens = sum(len(g.prompt_token_ids) + len(r.token_ids) for g in groups for r in g.responses)
         metrics["perf/tokens"] = float(tokens)
         metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
         return metrics
@@ -370,42 +364,19 @@ class Trainer:
             errors=len(errors),
         )
 
-    def prompt_inputs(self, sample: TrainSample) -> PromptInputs:
-        """The HF processor's view of a sample's prompt and frames, exactly as vLLM asked for them."""
-        rs, rollout_cfg = sample.rollout, self.engine.config
-        media = load_media(rs, self.engine.source, self.checkpoint.family, rollout_cfg.video_max_pixels)
-        text = render_prompt(self.checkpoint.processor, rs)
-        inputs = processor_inputs(self.checkpoint.processor, text, media, rollout_cfg)
-        return PromptInputs.from_processor(rs.id, inputs)
-
-    def sequences(
-        self, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]
-    ) -> list[TokenSequence]:
-        out = []
-        for sample, group in zip(samples, groups, strict=True):
-            prompt = self.prompt_inputs(sample)
-            if prompt.input_ids != list(group.prompt_token_ids):
-                raise ValueError(
-                    f"sample {sample.rollout.id!r}: the actor's prompt ({len(prompt.input_ids)} tokens) differs "
-                    f"from the rollout's ({len(group.prompt_token_ids)}); processor and engine disagree"
-                )
-            for r in group.responses:
-                out.append(TokenSequence(prompt, list(r.token_ids), r.offline, r.logprobs))
-        return out
-
-    def advantages(
-        self, samples, groups, sequences, scored: Scored, old, ref
-    ) -> tuple[list[torch.Tensor], dict]:
+    def advantages(self, samples, groups, scored: Scored, old, ref) -> tuple[list[torch.Tensor], dict]:
+        """Token-level advantages per response (in (sample, response) order), from the estimator named
+        in the config; with KL in the reward, the penalised return reaches every estimator."""
         algo = self.config.algorithm
-        width = max(len(s.response_ids) for s in sequences)
-        mask = pad_rows([[1.0] * len(s.response_ids) for s in sequences], width)
+        lengths = [len(r.token_ids) for g in groups for r in g.responses]
+        width = max(lengths)
+        mask = pad_rows([[1.0] * n for n in lengths], width)
         scores = torch.tensor(scored.overall, dtype=torch.float32)
         metrics: dict[str, float] = {}
         overlong = algo.overlong_penalty
         if overlong.enabled:
-            lengths = torch.tensor([len(s.response_ids) for s in sequences], dtype=torch.float32)
             penalty = overlong_penalty(
-                lengths, max_length=overlong.max_length, buffer_length=overlong.buffer_length,
+                torch.tensor(lengths, dtype=torch.float32), max_length=overlong.max_length, buffer_length=overlong.buffer_length,
                 factor=overlong.factor,
             )  # fmt: skip
             scores = scores + penalty
@@ -444,8 +415,7 @@ class Trainer:
         metrics["actor/advantage_abs_mean"] = float((advantages.abs() * mask).sum() / mask.sum().clamp(min=1))
         nonzero = [bool((advantages[group_ids == i].abs() > 1e-8).any()) for i in range(len(groups))]
         metrics["actor/groups_with_signal"] = sum(nonzero) / max(len(nonzero), 1)
-        per_seq = [advantages[i, : len(s.response_ids)] for i, s in enumerate(sequences)]
-        return per_seq, metrics
+        return [advantages[i, :n] for i, n in enumerate(lengths)], metrics
 
     def _greedy_baseline(self, samples: Sequence[TrainSample]) -> torch.Tensor:
         """ReMax: the reward of one greedy response per prompt, repeated over its group."""
@@ -464,9 +434,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ metrics ------------------------
 
-    def step_metrics(self, samples, groups, sequences, scored: Scored, old) -> dict[str, float]:
+    def step_metrics(self, samples, groups, scored: Scored) -> dict[str, float]:
         m: dict[str, float] = {}
-        online = [i for i, s in enumerate(sequences) if not s.offline]
+        responses = [r for g in groups for r in g.responses]
+        online = [i for i, r in enumerate(responses) if not r.offline]
         for name, values in (
             ("overall", scored.overall),
             ("accuracy", scored.accuracy),
@@ -484,19 +455,11 @@ class Trainer:
             m[f"reward/accuracy/{ptype}"] = _mean([scored.accuracy[i] for i in rows])
             m[f"reward/overall/{ptype}"] = _mean([scored.overall[i] for i in rows])
         m["reward/errors"] = float(scored.errors)
-        lengths = [len(sequences[i].response_ids) for i in online] or [0]
+        lengths = [len(responses[i].token_ids) for i in online] or [0]
         max_tokens = self.config.rollout.max_tokens
         m["response_length/mean"] = _mean(lengths)
         m["response_length/max"] = float(max(lengths))
         m["response_length/clip_ratio"] = _mean([float(n >= max_tokens) for n in lengths])
-        if old is not None and self.config.rollout.temperature in (0.0, 1.0):
-            diffs = [
-                float((torch.tensor(s.rollout_logprobs) - o).abs().max())
-                for s, o in zip(sequences, old, strict=True)
-                if s.rollout_logprobs and len(s.rollout_logprobs) == len(o)
-            ]
-            if diffs:
-                m["rollout/actor_logprob_diff_max"] = max(diffs)
         return m
 
     def _console(self, step: int, metrics: dict[str, float]) -> None:
@@ -536,59 +499,27 @@ class Trainer:
     # ------------------------------------------------------------------ warm start ---------------------
 
     def warm_start(self) -> None:
-        """``warmup.steps`` supervised steps on the warm-up samples' ``offline_output`` (token-mean NLL),
-        with their own AdamW at ``warmup.lr``; the weights are then pushed into the engine."""
-        from services.rollout.mix_policy import offline_response
-
+        """``warmup.steps`` supervised steps on the warm-up samples' ``offline_output``, then a push."""
         cfg = self.config.warmup
-        rng = random.Random(self.config.trainer.seed)
-        optimizer = torch.optim.AdamW(
-            [p for p in self.actor.model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0
-        )
-        cache: dict[str, PromptInputs] = {}
-        for step in range(1, cfg.steps + 1):
-            batch = rng.sample(self.warmup_samples, min(cfg.batch_size, len(self.warmup_samples)))
-            sequences = []
-            for s in batch:
-                if s.rollout.id not in cache:
-                    cache[s.rollout.id] = self.prompt_inputs(s)
-                ids = offline_response(
-                    s.rollout, self.checkpoint.tokenizer, self.checkpoint.end_token_id,
-                    self.checkpoint.placeholder_token_ids,
-                ).token_ids  # fmt: skip
-                sequences.append(TokenSequence(cache[s.rollout.id], list(ids), offline=True))
-            micro = self.actor.micro_batches(sequences, self.actor.positions(sequences))
-            total = sum(float(mb.response_mask.sum()) for mb in micro)
-            loss_value = 0.0
-            for mb in micro:
-                logp, _ = self.actor.forward(mb)
-                loss = -(logp * mb.response_mask.to(logp.device)).sum() / total
-                loss.backward()
-                loss_value += float(loss)
-            torch.nn.utils.clip_grad_norm_(self.actor.model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if step % 20 == 0 or step == cfg.steps:
-                log.info("warm start %d/%d: nll %.3f", step, cfg.steps, loss_value)
-        self.engine.push_weights(self.actor.full_state_dict())
+        self.group.warm_start(
+            [s.rollout for s in self.warmup_samples], steps=cfg.steps, lr=cfg.lr, batch_size=cfg.batch_size,
+            seed=self.config.trainer.seed,
+        )  # fmt: skip
+        self.engine.push_weights(self.group.state_dict())
 
     # ------------------------------------------------------------------ checkpoints --------------------
 
     def save(self, step: int) -> Path:
+        """Model, optimizer states, data position, RNG and KL coefficient, atomically (a temp folder
+        renamed into place; ``state.json`` last, as the completion marker)."""
+        import shutil
+
         folder = ckpt.checkpoint_dir(self.output_dir, step)
         tmp = folder.with_name(f".{folder.name}.tmp")
-        if tmp.exists():
-            import shutil
-
-            shutil.rmtree(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        state = self.actor.full_state_dict()
-        self.actor.save_pretrained(tmp / ckpt.MODEL_DIR, state)
-        ckpt.save_torch(tmp / f"optim_rank{self.actor.rank}.pt", self.actor.state())
-        if folder.exists():
-            import shutil
-
-            shutil.rmtree(folder)
+        self.group.save(tmp)
+        shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
         ckpt.write_state(
             folder,
@@ -604,7 +535,7 @@ class Trainer:
 
     def _load_checkpoint(self, folder: Path) -> None:
         state = ckpt.read_state(folder)
-        self.actor.load_state(torch.load(folder / f"optim_rank{self.actor.rank}.pt", weights_only=False))
+        self.group.load_optimizer(folder)
         self.loader.load_state_dict(state["loader"])
         ckpt.set_rng_state(state["rng"])
         self.kl_controller.coef = float(state["kl_coef"])
@@ -615,6 +546,9 @@ class Trainer:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()
+        group = getattr(self, "group", None)
+        if group is not None:
+            group.shutdown()
         client = getattr(self, "reward_client", None)
         if client is not None:
             client.close()

@@ -73,7 +73,7 @@ def update_policy(
             total = all_reduce_sum(
                 sum(local_normaliser(mb.response_mask, algorithm.loss_agg) for mb in micro).to(torch.float64)
             )
-            for mb in micro:
+            for mb in actor.aligned(micro):
                 rows = [chunk[i] for i in mb.indices]
                 metrics = _micro_step(
                     actor, mb, [sequences[i] for i in rows], [targets[i] for i in rows], algorithm,
@@ -81,7 +81,8 @@ def update_policy(
                     entropy_coef=entropy_coef, temperature=temperature, offline_term=offline_term,
                 )  # fmt: skip
                 for k, v in metrics.items():
-                    sums[k].append(v)
+                    if not mb.dummy:
+                        sums[k].append(v)
             sums["grad_norm"].append(actor.step_optimizer())
     return {
         k: (sum(v) if k in _SUMMED else max(v) if k in _MAXED else sum(v) / len(v))
@@ -154,7 +155,7 @@ def _micro_step(
         if entropy_coef:
             total_loss = total_loss - entropy_coef * ent
     # FSDP averages gradients over ranks; the losses above are already shares of the global count.
-    (total_loss * world).backward()
+    (total_loss * (0.0 if mb.dummy else world)).backward()
     return {**{k: float(v) for k, v in metrics.items()}, **metrics_extra}
 
 

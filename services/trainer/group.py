@@ -1,0 +1,129 @@
+"""The actor side of a step behind one interface: :class:`LocalActorGroup` runs the actor (and the
+reference) in this process, as the only rank or as one rank of an FSDP group; the Ray group
+(:mod:`services.trainer.ray_group`) drives one of these per rank. The driver hands over rollout samples
+(frame-store keys) and response groups; each rank loads its share's frames itself."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.rollout.checkpoint import Checkpoint
+from services.rollout.config import RolloutConfig
+from services.rollout.media import FrameSource
+from services.rollout.samples import RolloutGroup, RolloutSample
+from services.trainer import checkpoints as ckpt
+from services.trainer.actor import Actor, PolicyModel, distributed
+from services.trainer.batch import PromptInputs, TokenSequence
+from services.trainer.config import TrainConfig
+from services.trainer.sequences import build_sequences, offline_sequences, shard
+from services.trainer.update import SequenceTargets, update_policy
+
+log = logging.getLogger(__name__)
+
+
+class LocalActorGroup:
+    def __init__(
+        self, config: TrainConfig, model_path: str, source: FrameSource, rollout: RolloutConfig
+    ) -> None:
+        self.config = config
+        self.rank, self.world_size = distributed()
+        self.actor = Actor(
+            config.actor.model_copy(update={"model_path": model_path}), total_steps=config.trainer.total_steps
+        )
+        # The reference is the run's initial weights, also when resuming from a checkpoint.
+        self.reference = (
+            PolicyModel(config.actor, trainable=False) if config.algorithm.needs_reference_model else None
+        )
+        self.checkpoint = Checkpoint.load(model_path)
+        self.source, self.rollout = source, rollout
+        self.sequences: list[TokenSequence] = []
+        self._prompts: dict[str, PromptInputs] = {}
+
+    # -- a step -----------------------------------------------------------------------------------------
+
+    def load_batch(self, samples: Sequence[RolloutSample], groups: Sequence[RolloutGroup]) -> int:
+        """Build this rank's share of the step's sequences; returns how many it holds."""
+        every = build_sequences(samples, groups, self.checkpoint, self.source, self.rollout)
+        self.sequences = [every[i] for i in shard(len(every), self.rank, self.world_size)]
+        return len(self.sequences)
+
+    def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
+        model = self.reference if reference else self.actor
+        if model is None:
+            raise ValueError("no reference model: algorithm.kl.mode is off")
+        return model.log_probs(self.sequences, temperature=temperature)
+
+    def update(self, targets: Sequence[SequenceTargets], **kwargs: Any) -> dict[str, float]:
+        if len(targets) != len(self.sequences):
+            raise ValueError(
+                f"{len(targets)} targets for {len(self.sequences)} sequences on rank {self.rank}"
+            )
+        return update_policy(self.actor, self.sequences, targets, self.config.algorithm, **kwargs)
+
+    def scheduler_step(self) -> float:
+        """Advance the lr schedule; returns the lr the step's update used."""
+        lr = self.actor.lr
+        self.actor.scheduler.step()
+        return lr
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full weights for a push (every rank must call; rank 0 receives them)."""
+        return self.actor.full_state_dict()
+
+    # -- warm start ---------------------------------------------------------------------------------------
+
+    def warm_start(
+        self, samples: Sequence[RolloutSample], *, steps: int, lr: float, batch_size: int, seed: int
+    ) -> None:
+        """Supervised steps on ``offline_output`` (token-mean NLL over the whole batch, across ranks),
+        with an AdamW of their own: RL's optimizer and schedule start fresh afterwards."""
+        from services.trainer.actor import all_reduce_sum
+
+        rng = random.Random(seed)
+        params = [p for p in self.actor.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        for step in range(1, steps + 1):
+            batch = rng.sample(list(samples), min(batch_size, len(samples)))
+            mine = [batch[i] for i in shard(len(batch), self.rank, self.world_size)]
+            sequences = offline_sequences(mine, self.checkpoint, self.source, self.rollout, self._prompts)
+            micro = self.actor.micro_batches(sequences, self.actor.positions(sequences))
+            total = all_reduce_sum(torch.tensor(sum(float(mb.response_mask.sum()) for mb in micro)))
+            nll = 0.0
+            for mb in self.actor.aligned(micro):
+                logp, _ = self.actor.forward(mb)
+                loss = -(logp * mb.response_mask.to(logp.device)).sum() / total * self.world_size
+                if mb.dummy:
+                    loss = loss * 0.0
+                loss.backward()
+                nll += float(loss) / self.world_size
+            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if step % 20 == 0 or step == steps:
+                log.info("warm start %d/%d: nll %.3f (grad norm %.2f)", step, steps, nll, float(norm))
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        """The HF model (rank 0) and every rank's optimizer state into ``folder`` (all ranks call)."""
+        state = self.actor.full_state_dict()
+        if self.rank == 0:
+            self.actor.save_pretrained(folder / ckpt.MODEL_DIR, state)
+        ckpt.save_torch(folder / f"optim_rank{self.rank}.pt", self.actor.state())
+
+    def load_optimizer(self, folder: Path) -> None:
+        path = folder / f"optim_rank{self.rank}.pt"
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path}: the checkpoint was written by a run with another actor.world_size"
+            )
+        self.actor.load_state(torch.load(path, weights_only=False))
+
+    def shutdown(self) -> None:
+        self.sequences, self._prompts = [], {}
