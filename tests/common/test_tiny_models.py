@@ -263,3 +263,29 @@ def test_real_tokenizer_checkpoint_embeds_every_qwen_id(tmp_path):
     assert config["video_token_id"] == 151_656
     processor = AutoProcessor.from_pretrained(out)
     assert processor.tokenizer("Hello world,").input_ids == [9707, 1879, 11]
+
+
+@pytest.mark.parametrize(
+    ("family", "out", "message"),
+    [
+        (
+            "qwen2_vl",
+            "taken",
+            "error: {root}/taken exists and is not an empty folder; choose a new output path",
+        ),
+        ("llama", "m", "error: unknown model family 'llama'; known families: "),
+        ("qwen2_vl", "file.txt/m", "error: {root}/file.txt/m: {root}/file.txt is a file, so it cannot hold"),
+    ],
+)
+def test_cli_user_errors_are_one_line(tmp_path, family, out, message):
+    from typer.testing import CliRunner
+
+    from services.cli import app
+
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("mine")
+    (tmp_path / "file.txt").write_text("a file")
+    result = CliRunner().invoke(app, ["make-tiny-model", str(tmp_path / out), "--family", family])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(message.format(root=tmp_path)) and result.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "taken"]  # nothing written

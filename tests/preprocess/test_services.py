@@ -41,6 +41,10 @@ def test_redis_postgres_batch_and_duplicate_submission(services_env, data_dir, t
     assert set(results) == {"first", "second"}
     assert read_jsonl(tmp_path / "first.jsonl") == read_jsonl(tmp_path / "second.jsonl")
     assert all(r.succeeded == 6 and r.failed == 0 and r.clips == 3 for r in results.values())
+    # Each clip is counted as decoded by the one run that queued it; the other run waited for it (or,
+    # if it asked after the decode finished, found it cached).
+    assert results["first"].decoded + results["second"].decoded == 3
+    assert all(r.decoded + r.waited + r.cached == 3 for r in results.values())
     with session_scope() as session:
         clips = session.scalars(select(FrameClip)).all()
     # Each clip was claimed and decoded exactly once, whoever asked for it.

@@ -2,11 +2,15 @@
 
 Claims are single UPDATE statements guarded by status and lease, so any number of workers on any
 broker decode a clip once; a worker that dies stops renewing its lease and the clip is taken over.
+A claim is identified by its worker and attempt number (every claim increments ``attempts``): lease
+renewals and the outcome are accepted only from the holder of the current, unexpired claim, checked in
+the same UPDATE, so a worker whose lease lapsed cannot overwrite what the clip's new owner records.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +23,7 @@ from sqlalchemy.orm import Session
 from services.common.db.models import ClipStatus, FrameClip, VideoAsset
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _now() -> datetime:
@@ -32,23 +37,24 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-def _get_or_create(session: Session, query: Select[tuple[T]], make: Callable[[], T]) -> T:
-    """The row ``query`` finds, or a new one from ``make``. Two processes may insert at once: the unique
-    constraint lets one win, and the other reads the winner's row."""
-    row = session.scalar(query)
-    if row is None:
-        try:
-            with session.begin_nested():
-                row = make()
-                session.add(row)
-        except IntegrityError:
-            row = session.scalars(query).one()
-    return row
+def _get_or_create(session: Session, query: Select[tuple[T]], make: Callable[[], T]) -> tuple[T, bool]:
+    """The row ``query`` finds, or a new one from ``make``, and whether this call created it. Two
+    processes may insert at once: the unique constraint lets one win, and the other reads its row."""
+    row = session.scalar(query.execution_options(populate_existing=True))
+    if row is not None:
+        return row, False
+    try:
+        with session.begin_nested():
+            row = make()
+            session.add(row)
+        return row, True
+    except IntegrityError:
+        return session.scalars(query).one(), False
 
 
 def register_asset(session: Session, content_hash: str, size_bytes: int, path: str) -> VideoAsset:
     """The asset row for these bytes (created if new), with ``path`` among its known paths."""
-    asset = _get_or_create(
+    asset, _ = _get_or_create(
         session,
         select(VideoAsset).where(VideoAsset.content_hash == content_hash),
         lambda: VideoAsset(content_hash=content_hash, size_bytes=size_bytes, paths=[path]),
@@ -58,9 +64,39 @@ def register_asset(session: Session, content_hash: str, size_bytes: int, path: s
     return asset
 
 
-def request_clip(session: Session, key: str, asset: VideoAsset, params: dict[str, Any]) -> FrameClip:
-    """Record a request for a clip; a new or previously failed clip becomes ``queued``."""
-    clip = _get_or_create(
+class Requested(enum.StrEnum):
+    """What one request for a clip found, from the requester's point of view."""
+
+    queued = "queued"  # this request queued it: new, lost from the store, or a failure retried
+    cached = "cached"  # ready, and its entry is in the store
+    pending = "pending"  # another request queued it first; a worker has it or will
+    known_failed = "known_failed"  # failed before; not decoded again unless retried explicitly
+
+
+@dataclass
+class ClipRequest:
+    outcome: Requested
+    error: str | None = None  # the recorded failure, for ``known_failed``
+
+
+def request_clip(
+    session: Session,
+    key: str,
+    asset: VideoAsset,
+    params: dict[str, Any],
+    *,
+    present: Callable[[str], bool],
+    retry_failed: bool = False,
+) -> ClipRequest:
+    """Record a request for a clip and say whether the requester must wait for a decode.
+
+    A clip marked ready counts as a hit only if ``present(key)`` (the store holds its entry; a cheap
+    check of the entry's files): a ready clip whose entry is gone (a wiped frame root, a rename lost in
+    a crash) is queued again and logged. A failed clip (same bytes and parameters) stays failed unless
+    ``retry_failed``. Every state change is one UPDATE guarded by the state it leaves, so of two
+    concurrent requests exactly one queues the clip; the other finds it ``pending``.
+    """
+    clip, created = _get_or_create(
         session,
         select(FrameClip).where(FrameClip.key == key),
         lambda: FrameClip(
@@ -73,12 +109,46 @@ def request_clip(session: Session, key: str, asset: VideoAsset, params: dict[str
             hits=0,
         ),
     )
-    clip.requests += 1
+    _bump(session, key, requests=FrameClip.requests + 1)
+    if created:
+        return ClipRequest(Requested.queued)
     if clip.status == ClipStatus.ready:
-        clip.hits += 1
-    elif clip.status == ClipStatus.failed:
-        clip.status, clip.error, clip.attempts = ClipStatus.queued, None, 0
-    return clip
+        if present(key):
+            _bump(session, key, hits=FrameClip.hits + 1)
+            return ClipRequest(Requested.cached)
+        if _requeue(session, key, ClipStatus.ready):
+            log.warning(
+                "clip %s is ready in the index but missing from the frame store; decoding it again", key
+            )
+            return ClipRequest(Requested.queued)
+        return ClipRequest(Requested.pending)
+    if clip.status == ClipStatus.failed:
+        if not retry_failed:
+            return ClipRequest(Requested.known_failed, clip.error)
+        return ClipRequest(
+            Requested.queued if _requeue(session, key, ClipStatus.failed) else Requested.pending
+        )
+    return ClipRequest(Requested.pending)
+
+
+def _bump(session: Session, key: str, **values: Any) -> None:
+    session.execute(
+        update(FrameClip)
+        .where(FrameClip.key == key)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _requeue(session: Session, key: str, leaving: ClipStatus) -> bool:
+    """Move the clip from ``leaving`` back to queued (fresh attempts); False if it had left it already."""
+    result = session.execute(
+        update(FrameClip)
+        .where(FrameClip.key == key, FrameClip.status == leaving)
+        .values(status=ClipStatus.queued, error=None, attempts=0, worker=None, lease_until=None)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
 
 
 class Claim(enum.StrEnum):
@@ -89,11 +159,21 @@ class Claim(enum.StrEnum):
     missing = "missing"
 
 
+@dataclass(frozen=True)
+class ClaimToken:
+    """One claim of one clip: its worker and the attempt number the claim was given."""
+
+    key: str
+    worker: str
+    attempt: int
+
+
 @dataclass
 class ClaimResult:
     outcome: Claim
     clip: FrameClip | None = None
     lease_until: datetime | None = None
+    token: ClaimToken | None = None  # set when ``claimed``
 
 
 def claim_clip(session: Session, key: str, worker: str, lease_s: float, max_attempts: int) -> ClaimResult:
@@ -123,10 +203,12 @@ def claim_clip(session: Session, key: str, worker: str, lease_s: float, max_atte
     if clip is None:
         return ClaimResult(Claim.missing)
     if result.rowcount == 1:
+        token = ClaimToken(key, worker, clip.attempts)
         if clip.attempts > max_attempts:
-            fail_clip(session, key, worker, f"gave up after {max_attempts} attempts (workers died or hung)")
+            fail_clip(session, token, f"gave up after {max_attempts} attempts (workers died or hung)")
+            session.refresh(clip)
             return ClaimResult(Claim.failed, clip)
-        return ClaimResult(Claim.claimed, clip)
+        return ClaimResult(Claim.claimed, clip, _aware(clip.lease_until), token)
     if clip.status == ClipStatus.ready:
         return ClaimResult(Claim.ready, clip)
     if clip.status == ClipStatus.failed:
@@ -134,10 +216,22 @@ def claim_clip(session: Session, key: str, worker: str, lease_s: float, max_atte
     return ClaimResult(Claim.busy, clip, _aware(clip.lease_until))
 
 
-def renew_lease(session: Session, key: str, worker: str, lease_s: float) -> bool:
+def _held(token: ClaimToken):
+    """WHERE clause: ``token`` is the clip's current claim and its lease has not lapsed."""
+    return (
+        (FrameClip.key == token.key)
+        & (FrameClip.status == ClipStatus.running)
+        & (FrameClip.worker == token.worker)
+        & (FrameClip.attempts == token.attempt)
+        & (FrameClip.lease_until >= _now())
+    )
+
+
+def renew_lease(session: Session, token: ClaimToken, lease_s: float) -> bool:
+    """Extend the lease; False if the claim was lost (lapsed, taken over, or the clip finished)."""
     result = session.execute(
         update(FrameClip)
-        .where(FrameClip.key == key, FrameClip.worker == worker, FrameClip.status == ClipStatus.running)
+        .where(_held(token))
         .values(lease_until=_now() + timedelta(seconds=lease_s))
         .execution_options(synchronize_session=False)
     )
@@ -145,28 +239,52 @@ def renew_lease(session: Session, key: str, worker: str, lease_s: float) -> bool
     return result.rowcount == 1
 
 
-def complete_clip(session: Session, key: str, worker: str, meta: dict[str, Any], nbytes: int) -> None:
-    clip = session.scalars(select(FrameClip).where(FrameClip.key == key)).one()
-    clip.status, clip.error = ClipStatus.ready, None
-    clip.num_frames, clip.height, clip.width = meta["num_frames"], meta["height"], meta["width"]
-    clip.nbytes, clip.timings, clip.worker = nbytes, meta.get("timings"), worker
-    clip.finished_at, clip.lease_until = _now(), None
-    asset = clip.asset
+def ready_values(meta: dict[str, Any], nbytes: int) -> dict[str, Any]:
+    """Column values of a ready clip, from its entry's metadata."""
+    return {
+        "status": ClipStatus.ready,
+        "error": None,
+        "num_frames": meta["num_frames"],
+        "height": meta["height"],
+        "width": meta["width"],
+        "nbytes": nbytes,
+        "timings": meta.get("timings"),
+        "finished_at": _now(),
+        "lease_until": None,
+    }
+
+
+def record_source_facts(session: Session, key: str, meta: dict[str, Any]) -> None:
+    """Copy the source video's facts from a clip's metadata onto its asset."""
+    asset = session.scalars(select(VideoAsset).join(FrameClip).where(FrameClip.key == key)).one()
     asset.duration_s, asset.fps, asset.frame_count = meta["duration"], meta["fps"], meta["total_num_frames"]
     asset.height, asset.width = meta["source_height"], meta["source_width"]
-    session.commit()
 
 
-def fail_clip(session: Session, key: str, worker: str, error: str) -> None:
-    session.execute(
+def complete_clip(session: Session, token: ClaimToken, meta: dict[str, Any], nbytes: int) -> bool:
+    """Mark the clip ready; False (nothing changed) if ``token`` no longer holds the clip."""
+    result = session.execute(
         update(FrameClip)
-        .where(FrameClip.key == key, FrameClip.status != ClipStatus.ready)
-        .values(
-            status=ClipStatus.failed, error=error[:4000], worker=worker, finished_at=_now(), lease_until=None
-        )
+        .where(_held(token))
+        .values(**ready_values(meta, nbytes))
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount == 1:
+        record_source_facts(session, token.key, meta)
+    session.commit()
+    return result.rowcount == 1
+
+
+def fail_clip(session: Session, token: ClaimToken, error: str) -> bool:
+    """Mark the clip failed; False (nothing changed) if ``token`` no longer holds the clip."""
+    result = session.execute(
+        update(FrameClip)
+        .where(_held(token))
+        .values(status=ClipStatus.failed, error=error[:4000], finished_at=_now(), lease_until=None)
         .execution_options(synchronize_session=False)
     )
     session.commit()
+    return result.rowcount == 1
 
 
 def statuses(session: Session, keys: list[str]) -> dict[str, tuple[ClipStatus, str | None, datetime | None]]:

@@ -2,7 +2,8 @@
 
 Layout ``<root>/<k[0:2]>/<k[2:4]>/<key>/`` holding ``frames.npy`` (uint8 T×H×W×3, memory-mappable)
 and ``meta.json``. An entry is written in ``<root>/.tmp`` and renamed into place, so a reader sees a
-whole entry or none.
+whole entry or none; the files, the entry and the folder it is renamed into are fsynced, so an entry
+the index records as ready survives a crash.
 """
 
 from __future__ import annotations
@@ -78,15 +79,61 @@ class FrameStore:
             for name in (FRAMES_FILE, META_FILE):
                 with open(tmp / name, "rb") as fh:
                     os.fsync(fh.fileno())
+            _fsync_dir(tmp)
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.rename(tmp, final)
             except OSError:
                 if not self.has(key):
                     raise
+            else:
+                # The rename is durable only once the folders holding the new names are synced.
+                _fsync_dir(final.parent)
+                _fsync_dir(final.parent.parent)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return final
+
+    def entry_problem(self, key: str) -> str | None:
+        """Why the stored entry of ``key`` is unusable (absent, incomplete, inconsistent), or None.
+
+        Reads ``meta.json`` and the header of ``frames.npy``, not the frames.
+        """
+        entry = self.path_for(key)
+        if not entry.is_dir():
+            return "no entry folder"
+        try:
+            meta = json.loads((entry / META_FILE).read_text())
+        except FileNotFoundError:
+            return f"no {META_FILE}"
+        except (OSError, ValueError) as exc:
+            return f"unreadable {META_FILE}: {exc}"
+        try:
+            array = np.load(entry / FRAMES_FILE, mmap_mode="r")
+        except FileNotFoundError:
+            return f"no {FRAMES_FILE}"
+        except (OSError, ValueError) as exc:
+            return f"unreadable {FRAMES_FILE}: {exc}"
+        if list(array.shape) != meta.get("shape") or array.dtype != np.uint8:
+            return f"{FRAMES_FILE} holds {array.dtype} {list(array.shape)}, meta.json says uint8 {meta.get('shape')}"
+        return None
+
+    def entry_folders(self) -> list[str]:
+        """Keys of every entry folder on disk, complete or not (``keys()`` lists complete ones)."""
+        return [p.name for p in self.root.glob("??/??/*") if p.is_dir()]
+
+    def remove(self, key: str) -> bool:
+        """Delete the entry of ``key``: renamed out of place first, so no reader sees half of it."""
+        entry = self.path_for(key)
+        if not entry.exists():
+            return False
+        tmp_root = self.root / ".tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        doomed = Path(tempfile.mkdtemp(prefix=f"{key}.removed.", dir=tmp_root))
+        os.rename(entry, doomed / key)
+        _fsync_dir(entry.parent)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
 
     def load(
         self, key: str, expect: VideoParams | dict[str, Any] | None = None, *, mmap: bool = True
@@ -146,3 +193,11 @@ class FrameStore:
                     shutil.rmtree(p, ignore_errors=True)
                     removed += 1
         return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from services.common.tiny_models.architectures import get_architecture
 from services.common.tiny_models.builder import build_tiny_model
+
+
+class BadRequest(ValueError):
+    """The request cannot be carried out as given (the message is one line for the user)."""
+
+
+def check_request(family: str, out: Path) -> None:
+    """Refuse, before any work, a family without a tiny architecture or an output path that cannot be a
+    new checkpoint folder (an existing non-empty folder or file, a path under a file)."""
+    try:
+        get_architecture(family)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadRequest(f"{out} exists and is not an empty folder; choose a new output path")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise BadRequest(f"{out}: {parent} is a file, so it cannot hold the checkpoint folder")
+            break
 
 
 def make_tiny_model(family: str, out: Path, seed: int = 0, real_tokenizer: bool = False) -> Path:
@@ -14,3 +37,14 @@ def make_tiny_model(family: str, out: Path, seed: int = 0, real_tokenizer: bool 
     of the small BPE trained on the built-in corpus.
     """
     return build_tiny_model(family, Path(out), seed=seed, real_tokenizer=real_tokenizer)
+
+
+def make_tiny_model_command(family: str, out: Path, seed: int = 0, real_tokenizer: bool = False) -> int:
+    """The CLI: the checkpoint path on stdout and 0, or a one-line error on stderr and 2."""
+    try:
+        check_request(family, out)
+    except BadRequest as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(make_tiny_model(family, out, seed=seed, real_tokenizer=real_tokenizer))
+    return 0

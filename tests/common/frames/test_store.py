@@ -1,4 +1,6 @@
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,13 +97,54 @@ def test_rejects_non_uint8(store):
         store.put("ef" * 32, torch.zeros(2, 4, 4, 3), {})
 
 
-def test_uint8_is_a_quarter_of_float32(store, video_dir):
-    key, _frames, meta = _stored_clip(store, video_dir / "short.mp4", VideoParams(max_frames=4))
-    stored_bytes = (store.path_for(key) / "frames.npy").stat().st_size
-    per_frame = stored_bytes / meta["num_frames"]
-    float32_per_frame = meta["height"] * meta["width"] * 3 * 4
-    # .npy adds a 128-byte header to H*W*3 bytes per frame.
-    assert per_frame == pytest.approx(float32_per_frame / 4, rel=1e-3)
+def test_an_entry_records_its_uint8_size(store, video_dir):
+    key, _frames, _ = _stored_clip(store, video_dir / "short.mp4", VideoParams(max_frames=4))
+    _, meta = store.load(key)
+    # short.mp4 is 320x240 = 76,800 pixels, below Qwen2.5-VL's floor of 128 tokens × 28² = 100,352:
+    # scaled by sqrt(100352 / 76800) = 1.1431 and rounded up to multiples of 28 → 280 × 392.
+    # 4 frames × 280 × 392 × 3 bytes (uint8 RGB; float32 would be 4 bytes each) = 1,317,120 bytes.
+    assert meta["shape"] == [4, 280, 392, 3] and meta["nbytes"] == 1_317_120
+    # On disk: those bytes plus one 128-byte .npy header.
+    assert store.disk_bytes() == 1_317_120 + 128
+
+
+def test_the_rename_into_place_is_made_durable(store, video_dir, monkeypatch):
+    frames, meta = decode_clip(video_dir / "short.mp4", VideoParams(max_frames=4))
+    events = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def rename(src, dst):
+        events.append(("rename", Path(dst)))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    final = store.put("ab" * 32, frames, meta)
+    renamed = events.index(("rename", final))
+    before = {path.name for kind, path in events[:renamed] if kind == "fsync"}
+    after = {path for kind, path in events[renamed:] if kind == "fsync"}
+    # The files and the folder listing them are synced before the rename, the new name after it.
+    assert {"frames.npy", "meta.json"} <= before and any(name.startswith("abab") for name in before)
+    assert {final.parent, final.parent.parent} <= after
+
+
+def test_entry_problems_are_named(store, video_dir):
+    key, _, _ = _stored_clip(store, video_dir / "short.mp4", VideoParams(max_frames=4))
+    assert store.entry_problem(key) is None
+    assert store.entry_problem("ee" * 32) == "no entry folder"
+    np.save(store.path_for(key) / "frames.npy", np.zeros((2, 4, 4, 3), np.uint8))
+    assert (
+        "frames.npy holds uint8 [2, 4, 4, 3], meta.json says uint8 [4, 280, 392, 3]"
+        in store.entry_problem(key)
+    )
+    (store.path_for(key) / "frames.npy").unlink()
+    assert store.entry_problem(key) == "no frames.npy"
+    assert store.remove(key) and not store.path_for(key).exists() and not store.remove(key)
+    assert not list((store.root / ".tmp").iterdir())
 
 
 def test_same_bytes_under_two_paths_share_a_key(tmp_path, video_dir):
