@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Decoding one clip takes from milliseconds (cached) to minutes (long videos on one core).
 _TASK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 _LIVE_GAUGE_FILE = re.compile(r"^gauge_live\w+?_(\d+)\.db$")
+# One exporter per process (one port): a training run inside a worker joins the worker's.
+_lock = threading.Lock()
+_exporter: MetricsServer | None = None
+_trainer: TrainerMetrics | None = None
 
 
 @dataclass
@@ -122,15 +127,21 @@ class TrainerMetrics:
 
         registry = registry if registry is not None else CollectorRegistry()
         self.registry = registry
-        self.step = Gauge("reelrl_trainer_step", "last finished training step", registry=registry)
+        # "mostrecent": inside a queue worker these are summed from files with the pool's metrics.
+        self.step = Gauge(
+            "reelrl_trainer_step", "last finished training step",
+            multiprocess_mode="mostrecent", registry=registry,
+        )  # fmt: skip
         self.values = Gauge(
-            "reelrl_trainer_metric", "latest value of each metrics.jsonl key", ["key"], registry=registry
-        )
+            "reelrl_trainer_metric", "latest value of each metrics.jsonl key", ["key"],
+            multiprocess_mode="mostrecent", registry=registry,
+        )  # fmt: skip
 
     def observe_step(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Publish one step. Values must be numbers; a key logged only every few steps keeps its last value."""
+        """Publish one step's numbers. A key that is None (not measured at this step, e.g. ``val/*``
+        between evaluations) keeps its last value; anything else that is not a number is refused."""
         for key, value in metrics.items():
-            if key == "step":
+            if key == "step" or value is None:
                 continue
             if not isinstance(value, int | float):
                 raise TypeError(
@@ -141,13 +152,26 @@ class TrainerMetrics:
 
 
 def serve_trainer_metrics(settings: Settings | None = None) -> TrainerMetrics | None:
-    """Start the trainer's exporter if ``REELRL_METRICS_PORT`` is set; returns what to feed each step."""
+    """The process's trainer metrics, served on ``REELRL_METRICS_PORT`` (None when it is unset).
+
+    Inside ``reelrl worker train`` they join the worker's exporter; a later run in the same process gets
+    the same metrics back (its values overwrite the previous run's).
+    """
+    global _exporter, _trainer
     settings = settings or get_settings()
     if settings.metrics_port is None:
         return None
-    metrics = TrainerMetrics()
-    start_exporter(metrics.registry, settings.metrics_port, settings.metrics_host)
-    return metrics
+    with _lock:
+        if _trainer is None:
+            if _exporter is None:
+                from prometheus_client import CollectorRegistry
+
+                registry = CollectorRegistry()
+                _trainer = TrainerMetrics(registry)
+                _exporter = start_exporter(registry, settings.metrics_port, settings.metrics_host)
+            else:  # a worker's exporter, which reads every metric of its processes from their files
+                _trainer = TrainerMetrics()
+        return _trainer
 
 
 class _LiveProcessCollector:
@@ -215,14 +239,18 @@ def multiprocess_folder() -> Path:
 
 def serve_worker_metrics(settings: Settings | None = None) -> MetricsServer | None:
     """Start a Celery worker's exporter if ``REELRL_METRICS_PORT`` is set (call before the worker starts)."""
+    global _exporter
     settings = settings or get_settings()
     if settings.metrics_port is None:
         return None
-    folder = multiprocess_folder()
-    from prometheus_client import CollectorRegistry
+    with _lock:
+        if _exporter is not None:
+            raise RuntimeError(f"this process already serves metrics on port {_exporter.port}")
+        folder = multiprocess_folder()
+        from prometheus_client import CollectorRegistry
 
-    registry = CollectorRegistry()
-    registry.register(_LiveProcessCollector(folder))
-    server = start_exporter(registry, settings.metrics_port, settings.metrics_host)
+        registry = CollectorRegistry()
+        registry.register(_LiveProcessCollector(folder))
+        _exporter = start_exporter(registry, settings.metrics_port, settings.metrics_host)
     WorkerMetrics().connect()
-    return server
+    return _exporter

@@ -46,7 +46,7 @@ def test_trainer_step_metrics_keep_the_latest_value_of_each_key():
     registry = CollectorRegistry()
     metrics = TrainerMetrics(registry)
     metrics.observe_step(1, {"step": 1, "reward/accuracy": 0.25, "val/accuracy": 0.5, "timing/gen_s": 3})
-    metrics.observe_step(2, {"step": 2, "reward/accuracy": 0.75, "timing/gen_s": 2.5})
+    metrics.observe_step(2, {"step": 2, "reward/accuracy": 0.75, "timing/gen_s": 2.5, "val/accuracy": None})
 
     def value(key: str) -> float | None:
         return registry.get_sample_value("reelrl_trainer_metric", {"key": key})
@@ -54,7 +54,7 @@ def test_trainer_step_metrics_keep_the_latest_value_of_each_key():
     assert registry.get_sample_value("reelrl_trainer_step") == 2
     assert value("reward/accuracy") == 0.75
     assert value("timing/gen_s") == 2.5
-    assert value("val/accuracy") == 0.5  # logged at step 1 only: kept until the next evaluation
+    assert value("val/accuracy") == 0.5  # measured at step 1 only: kept until the next evaluation
     assert value("step") is None
 
 
@@ -192,3 +192,29 @@ def test_preprocess_worker_exports_the_tasks_its_pool_processes_ran(reelrl_home,
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
+
+
+_WORKER_WITH_TRAINER = textwrap.dedent(
+    """
+    import urllib.request
+    from services.common.observability import serve_trainer_metrics, serve_worker_metrics
+    server = serve_worker_metrics()
+    first = serve_trainer_metrics()
+    first.observe_step(5, {"reward/accuracy": 0.5})
+    assert serve_trainer_metrics() is first  # a second run in this worker: the same metrics
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as response:
+        print(response.read().decode())
+    """
+)
+
+
+def test_training_inside_a_worker_is_served_by_the_workers_exporter(reelrl_home):
+    """`reelrl worker train` runs training in its own process: one port, one exporter for both."""
+    env = {**os.environ, "REELRL_METRICS_PORT": str(_free_port())}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER_WITH_TRAINER], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    samples = _samples(out)
+    assert samples[("reelrl_trainer_step", frozenset())] == 5
+    assert samples[("reelrl_trainer_metric", frozenset({("key", "reward/accuracy")}))] == 0.5
