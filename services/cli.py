@@ -111,9 +111,27 @@ def worker_preprocess(concurrency: int = typer.Option(2, "-c", "--concurrency", 
     )
 
 
+@worker_app.command("ping")
+def worker_ping(timeout: float = typer.Option(10.0, help="Seconds to wait for the answer.")) -> None:
+    """Exit 0 if this host's worker answers through the broker (a health check; a `solo` worker cannot
+    answer while it runs a job, so probe `worker train` and `worker eval` through their /metrics)."""
+    import socket
+
+    from services.common.celery_app import get_celery
+
+    node = f"celery@{socket.gethostname()}"
+    if not get_celery().control.ping(destination=[node], timeout=timeout):
+        typer.echo(f"{node} did not answer within {timeout:g} s", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{node} answered")
+
+
 @worker_app.command("preprocess-jobs")
 def worker_preprocess_jobs(concurrency: int = typer.Option(4, "-c", "--concurrency", min=1)) -> None:
     """Runs submitted preprocess jobs (each queues its clips for `reelrl worker preprocess` and waits)."""
+    from services.common.observability import serve_worker_metrics
+
+    serve_worker_metrics()
     import services.preprocess.job_task as job_task
     from services.common.celery_app import get_celery
 
@@ -192,6 +210,9 @@ def token_list() -> None:
 @worker_app.command("train")
 def worker_train() -> None:
     """A training worker: runs `train` jobs one at a time in this process (vLLM and Ray spawn children)."""
+    from services.common.observability import serve_worker_metrics
+
+    serve_worker_metrics()
     import services.trainer.tasks  # noqa: F401  (registers the service's tasks with the shared app)
     from services.common.celery_app import get_celery
 
