@@ -97,6 +97,29 @@ class RunResult:
     checkpoint: Path | None
 
 
+def score_groups(
+    client: Any, step: int, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]
+) -> Scored:
+    """Every response scored by the reward library (in-process or the HTTP service, per config). A
+    service that stays down after its client's retries fails the step by name: training on zeros
+    instead would teach the model nothing while looking like a run. An item the library cannot score
+    scores 0, is counted (``reward/errors``) and logged."""
+    items = [(s.reward, r.text) for s, g in zip(samples, groups, strict=True) for r in g.responses]
+    try:
+        results: list[RewardResult] = client.score_batch(items)
+    except (RewardServiceError, OSError) as exc:
+        raise RewardStepError(f"step {step}: the reward service failed after its retries: {exc}") from exc
+    errors = [r.error for r in results if r.error]
+    for message in errors[:3]:
+        log.warning("step %d: an item could not be scored (reward 0): %s", step, message)
+    return Scored(
+        overall=[r.overall for r in results],
+        accuracy=[r.accuracy for r in results],
+        format=[r.format for r in results],
+        errors=len(errors),
+    )
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -222,7 +245,7 @@ class Trainer:
                 if last_step_val and self.val_samples:
                     last_val = self.validate()
                     metrics.update(last_val)
-                self.logger.log(step, metrics)
+                self.logger.log(step, metrics, samples=self._batch_ids)
                 self._console(step, metrics)
                 if self.hooks.on_progress is not None:
                     self.hooks.on_progress(step, cfg.total_steps)
@@ -248,6 +271,7 @@ class Trainer:
         with timer("gen"):
             samples, groups, sampling = self.generate(step)
         metrics.update(sampling)
+        self._batch_ids = [s.sample.id for s in samples]
         with timer("reward"):
             scored = self.score(step, samples, groups)
         with timer("prepare"):
@@ -349,20 +373,7 @@ class Trainer:
         return batch, groups, metrics
 
     def score(self, step: int, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]) -> Scored:
-        items = [(s.reward, r.text) for s, g in zip(samples, groups, strict=True) for r in g.responses]
-        try:
-            results: list[RewardResult] = self.reward_client.score_batch(items)
-        except (RewardServiceError, OSError) as exc:
-            raise RewardStepError(f"step {step}: the reward service failed after its retries: {exc}") from exc
-        errors = [r.error for r in results if r.error]
-        for message in errors[:3]:
-            log.warning("step %d: an item could not be scored (reward 0): %s", step, message)
-        return Scored(
-            overall=[r.overall for r in results],
-            accuracy=[r.accuracy for r in results],
-            format=[r.format for r in results],
-            errors=len(errors),
-        )
+        return score_groups(self.reward_client, step, samples, groups)
 
     def advantages(self, samples, groups, scored: Scored, old, ref) -> tuple[list[torch.Tensor], dict]:
         """Token-level advantages per response (in (sample, response) order), from the estimator named

@@ -18,6 +18,9 @@ from services.common.db.engine import session_scope
 from services.common.db.models import TrainRun, TrainStepMetrics, utcnow
 
 METRICS_FILE = "metrics.jsonl"
+# Which samples each step trained on: what a resumed run is checked against, and where to look first
+# when a step's numbers look odd.
+BATCHES_FILE = "batches.jsonl"
 StepHook = Callable[[int, dict[str, float]], None]
 
 
@@ -48,6 +51,13 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _append_line(path: Path, row: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 class MetricsLogger:
     def __init__(
         self,
@@ -61,6 +71,7 @@ class MetricsLogger:
     ) -> None:
         self.output_dir = Path(output_dir)
         self.path = self.output_dir / METRICS_FILE
+        self.batches_path = self.output_dir / BATCHES_FILE
         self.loggers = set(loggers)
         self.run_id = run_id_for(self.output_dir)
         self.hooks = list(hooks)
@@ -90,11 +101,13 @@ class MetricsLogger:
 
     def truncate_after(self, step: int) -> None:
         """Forget every step after ``step`` (resuming from that step's checkpoint recomputes them)."""
-        if "jsonl" in self.loggers and self.path.exists():
-            kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= step]
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            os.replace(tmp, self.path)
+        if "jsonl" in self.loggers:
+            for path in (self.path, self.batches_path):
+                if path.exists():
+                    kept = [r for r in read_metrics(path) if int(r.get("step", 0)) <= step]
+                    tmp = path.with_name(f".{path.name}.tmp")
+                    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+                    os.replace(tmp, path)
         if "db" in self.loggers:
             with session_scope() as s:
                 s.execute(
@@ -103,14 +116,13 @@ class MetricsLogger:
                     )
                 )
 
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
+    def log(self, step: int, metrics: dict[str, Any], samples: list[str] | None = None) -> None:
         row = {"step": step, **clean(metrics)}
         if "jsonl" in self.loggers:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+            if samples is not None:
+                _append_line(self.batches_path, {"step": step, "samples": samples})
+            _append_line(self.path, row)
         if "db" in self.loggers:
             with session_scope() as s:
                 existing = s.scalar(

@@ -1,0 +1,100 @@
+"""Training data preparation against a real frame store and worker pool: clip keys, preprocessing of
+missing clips, cached_only refusing to start, undecodable and overlong samples dropped and counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from services.common.frames import FrameStore
+from services.common.synthetic_tasks import make_task_datasets
+from services.common.tiny_models.tokenizer import trained_tokenizer
+from services.trainer.config import DataConfig
+from services.trainer.data import DataError, prepare_split, video_tokens_from_meta
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return trained_tokenizer()
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> dict[str, Path]:
+    return make_task_datasets(tmp_path / "data", train_videos=4, val_videos=2)
+
+
+def _cfg(**kw) -> DataConfig:
+    base = {"train_files": ["x"], "video_fps": None, "video_nframes": 4, "video_min_pixels": 3136,
+            "video_max_pixels": 3136, "batch_size": 2}  # fmt: skip
+    return DataConfig.model_validate({**base, **kw})
+
+
+def test_cached_only_names_the_missing_samples(reelrl_home: Path, dataset, tokenizer, tmp_path: Path) -> None:
+    store = FrameStore.from_settings()
+    with pytest.raises(DataError, match=r"cached_only but 4 train sample\(s\).*'train-colour-train_0000'"):
+        prepare_split(
+            [str(dataset["colour_train"])], _cfg(source_mode="cached_only"), "qwen2_5_vl", tokenizer, store,
+            tmp_path / "work", split="train",
+        )  # fmt: skip
+
+
+def test_missing_clips_are_preprocessed_and_bad_ones_dropped(
+    reelrl_home: Path, dataset, tokenizer, tmp_path: Path
+) -> None:
+    store = FrameStore.from_settings()
+    rows = [json.loads(line) for line in dataset["colour_mix"].read_text().splitlines()]
+    broken = dataset["colour_mix"].parent / "videos" / "broken.mp4"
+    broken.write_bytes(b"\x00\x00\x00\x18ftypmp42 this is not a video")
+    rows.append({**rows[0], "id": "broken-one", "videos": ["videos/broken.mp4"]})
+    path = dataset["colour_mix"].with_name("with_broken.jsonl")
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    samples, report = prepare_split(
+        [str(path)], _cfg(), "qwen2_5_vl", tokenizer, store, tmp_path / "work", split="train"
+    )
+    assert (report.loaded, report.kept, report.dropped_decode, report.preprocessed) == (5, 4, 1, 5)
+    assert any("broken-one" in e for e in report.errors)
+    first = samples[0]
+    assert all(store.has(k) for s in samples for k in s.rollout.videos)
+    # 4 frames of 56x56, patch 14, merge 2: (4/2) * 4 * 4 / 4 = 8 video tokens
+    meta = json.loads((store.path_for(first.rollout.videos[0]) / "meta.json").read_text())
+    assert (
+        video_tokens_from_meta(
+            meta, __import__("services.common.families", fromlist=["x"]).get_family("qwen2_5_vl")
+        )
+        == 8
+    )
+    assert first.rollout.offline_output == f"<answer>{first.sample.answer}</answer>"
+    assert "Options:" in first.rollout.prompt and first.reward["answer"] == first.sample.answer
+    assert first.problem_type == "multiple choice"
+
+    # A second preparation finds every clip cached: nothing is decoded again.
+    again, report2 = prepare_split(
+        [str(dataset["colour_mix"])], _cfg(source_mode="cached_only"), "qwen2_5_vl", tokenizer, store,
+        tmp_path / "work", split="train",
+    )  # fmt: skip
+    assert report2.preprocessed == 0 and [s.rollout.videos for s in again] == [
+        s.rollout.videos for s in samples
+    ]
+
+    # Prompts longer than the budget are dropped and counted, not truncated.
+    _, report3 = prepare_split(
+        [str(dataset["colour_mix"])], _cfg(max_prompt_tokens=20), "qwen2_5_vl", tokenizer, store,
+        tmp_path / "work", split="train",
+    )  # fmt: skip
+    assert (report3.kept, report3.dropped_overlong) == (0, 4)
+
+
+def test_unknown_problem_type_fails_at_start(reelrl_home: Path, dataset, tokenizer, tmp_path: Path) -> None:
+    row = json.loads(dataset["colour_mix"].read_text().splitlines()[0])
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps({**row, "videos": [str(dataset["colour_mix"].parent / row["videos"][0])],
+                                "problem_type": "interpretive dance"}) + "\n")  # fmt: skip
+    with pytest.raises(DataError, match="interpretive dance"):
+        prepare_split(
+            [str(path)], _cfg(), "qwen2_5_vl", tokenizer, FrameStore.from_settings(), tmp_path, split="train"
+        )
