@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -24,6 +24,9 @@ from rich.progress import (
 from rich.table import Table
 
 from services.common.frames import VideoParams
+
+if TYPE_CHECKING:
+    from services.preprocess.dispatch import PreprocessReport
 
 # soft_wrap: long lines (paths, errors) stay whole for logs and grep; the terminal wraps them.
 console = Console(stderr=True, soft_wrap=True)
@@ -61,9 +64,13 @@ def preprocess_command(
         given["fps"] = None
     try:
         params = VideoParams.model_validate(given)
-        settings = get_settings()
     except ValidationError as exc:
         _invalid(exc, "parameters")
+        return ExitCode.usage
+    try:
+        settings = get_settings()
+    except ValidationError as exc:
+        _invalid(exc, "settings")
         return ExitCode.usage
     out = out or dataset.with_name(f"{dataset.stem}.clips.jsonl")
     try:
@@ -93,7 +100,8 @@ def preprocess_command(
     return ExitCode.ok
 
 
-def summary_line(report) -> str:
+def summary_line(report: PreprocessReport) -> str:
+    """One line: rows ok and failed, then clips by how they were obtained."""
     parts = [f"{report.cached} already cached", f"{report.decoded} decoded"]
     if report.waited:
         parts.append(f"{report.waited} decoded by another run")

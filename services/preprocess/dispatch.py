@@ -168,18 +168,19 @@ KNOWN_FAILED_HINT = " (failed in an earlier run; --retry-failed decodes it again
 
 
 def _count(report: PreprocessReport, found: dict[str, Requested], state: dict) -> None:
+    """Each clip once, by what this run's first request found and how the clip ended."""
     for key, request in found.items():
         status = state[key][0]
         if request is Requested.cached:
             report.cached += 1
+        elif status == ClipStatus.ready:
+            # pending, or a known failure that a concurrent `--retry-failed` run decoded meanwhile
+            report.decoded += request is Requested.queued
+            report.waited += request is not Requested.queued
         elif request is Requested.known_failed:
             report.known_failed += 1
-        elif status == ClipStatus.failed:
-            report.clip_failures += 1
-        elif request is Requested.queued:
-            report.decoded += 1
         else:
-            report.waited += 1
+            report.clip_failures += 1
 
 
 def _wait_all(celery, keys, workers, settings, timeout_s, progress):

@@ -223,3 +223,17 @@ def test_an_unfinished_run_exits_3_and_writes_nothing(
     text = shown.export_text()
     assert "preprocess did not finish: 1 of 1 clips unfinished after 0.5 s" in text
     assert "nothing was written" in text and not out.exists()
+
+
+def test_inconsistent_settings_exit_2(reelrl_home, video_dir, tmp_path, write_dataset, monkeypatch):
+    from rich.console import Console
+
+    from services.preprocess import cli
+
+    shown = Console(record=True, width=200)
+    monkeypatch.setattr(cli, "console", shown)
+    monkeypatch.setenv("REELRL_TASK_TIME_LIMIT_S", "100")  # below the soft limit (600)
+    reset_settings_cache()
+    dataset = write_dataset(tmp_path / "in.jsonl", [{"id": "a", "videos": [str(video_dir / "short.mp4")]}])
+    assert cli.preprocess_command(dataset, None, {}, workers=1, timeout=10) == cli.ExitCode.usage == 2
+    assert "invalid settings: Value error, REELRL_TASK_TIME_LIMIT_S must exceed" in shown.export_text()
