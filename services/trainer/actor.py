@@ -37,11 +37,19 @@ def distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def collective_device() -> torch.device:
+    """Where the tensors of a collective must be: NCCL reduces CUDA tensors only, gloo CPU ones."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
-    """Sum over ranks (identity with one rank)."""
+    """Sum over ranks, on ``value``'s device (identity with one rank)."""
     if distributed()[1] > 1:
-        value = value.clone()
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        total = value.to(collective_device(), copy=True)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total.to(value.device)
     return value
 
 
@@ -128,7 +136,7 @@ class PolicyModel:
             return micro
         if not micro:
             raise ValueError(f"rank {self.rank} has no sequence to run: give every rank at least one")
-        count = torch.tensor(len(micro))
+        count = torch.tensor(len(micro), device=collective_device())
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return micro + [dataclasses.replace(micro[-1], dummy=True) for _ in range(int(count) - len(micro))]
 

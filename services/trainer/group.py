@@ -21,7 +21,7 @@ from services.trainer import checkpoints as ckpt
 from services.trainer.actor import Actor, PolicyModel, distributed
 from services.trainer.batch import PromptInputs, TokenSequence
 from services.trainer.config import TrainConfig
-from services.trainer.sequences import build_sequences, offline_sequences, shard
+from services.trainer.sequences import build_sequences, covering, offline_sequences, shard
 from services.trainer.update import SequenceTargets, update_policy
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,18 @@ class LocalActorGroup:
     # -- a step -----------------------------------------------------------------------------------------
 
     def load_batch(self, samples: Sequence[RolloutSample], groups: Sequence[RolloutGroup]) -> int:
-        """Build this rank's share of the step's sequences; returns how many it holds."""
-        every = build_sequences(samples, groups, self.checkpoint, self.source, self.rollout)
-        self.sequences = [every[i] for i in shard(len(every), self.rank, self.world_size)]
+        """Build this rank's share of the step's sequences, loading the frames of its samples only;
+        returns how many it holds."""
+        if len(samples) != len(groups):
+            raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
+        counts = [len(g.responses) for g in groups]
+        share = shard(sum(counts), self.rank, self.world_size)
+        picked, offset = covering(counts, share)
+        mine = build_sequences(
+            [samples[i] for i in picked], [groups[i] for i in picked], self.checkpoint, self.source,
+            self.rollout,
+        )  # fmt: skip
+        self.sequences = mine[offset : offset + len(share)]
         return len(self.sequences)
 
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:

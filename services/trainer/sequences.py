@@ -79,5 +79,24 @@ def shard(count: int, rank: int, world: int) -> range:
     return range(start, start + base + (1 if rank < extra else 0))
 
 
+def covering(counts: Sequence[int], share: range) -> tuple[list[int], int]:
+    """The groups (by index) holding the sequences of ``share``, a range over the flattened
+    (group, response) order where group i holds ``counts[i]`` sequences, and the position of the share's
+    first sequence among those groups' sequences.
+
+    Example: counts [2, 2, 2], share range(3, 5) → ([1, 2], 1): sequences 3 and 4 are the second of
+    group 1 and the first of group 2.
+    """
+    picked: list[int] = []
+    offset, start = 0, 0
+    for i, count in enumerate(counts):
+        if start < share.stop and start + count > share.start:
+            if not picked:
+                offset = share.start - start
+            picked.append(i)
+        start += count
+    return picked, offset
+
+
 def as_dicts(items: Sequence[Any]) -> list[dict[str, Any]]:
     return [i.model_dump() for i in items]

@@ -84,16 +84,35 @@ def update_policy(
                     if not mb.dummy:
                         sums[k].append(v)
             sums["grad_norm"].append(actor.step_optimizer())
-    return {
-        k: (sum(v) if k in _SUMMED else max(v) if k in _MAXED else sum(v) / len(v))
-        for k, v in sums.items()
-        if v
-    }
+    return _reduce(sums)
 
 
 # Per-micro-batch shares of a mini-batch's loss: their sum is the mini-batch value.
 _SUMMED = frozenset({"pg_loss", "kl_loss", "entropy_loss"})
 _MAXED = frozenset({"rollout_logprob_diff_max"})
+
+
+def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
+    """One update's metrics from every rank's :func:`update_policy` result: loss shares are summed (each
+    rank's is its part of the global loss), maxima maxed, the rest (means, fractions, the grad norm,
+    which every rank computes globally) averaged over the ranks that report them.
+
+    Example: [{"pg_loss": 0.25, "entropy": 1.0}, {"pg_loss": -0.5, "entropy": 3.0}] →
+    {"pg_loss": -0.25, "entropy": 2.0}.
+    """
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in per_rank:
+        for k, v in metrics.items():
+            values[k].append(v)
+    return _reduce(values)
+
+
+def _reduce(values: dict[str, list[float]]) -> dict[str, float]:
+    return {
+        k: (sum(v) if k in _SUMMED else max(v) if k in _MAXED else sum(v) / len(v))
+        for k, v in values.items()
+        if v
+    }
 
 
 def _micro_step(
