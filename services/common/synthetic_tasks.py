@@ -75,7 +75,9 @@ def write_clip(path: Path, frames: np.ndarray, fps: int = 8) -> Path:
     return path
 
 
-def make_clips(root: Path, prefix: str, count: int, seed: int) -> list[Clip]:
+def make_clips(
+    root: Path, prefix: str, count: int, seed: int, *, size: int = 64, frames: int = 16, fps: int = 8
+) -> list[Clip]:
     """``count`` clips with balanced colours and directions (every pair appears), in a seeded order."""
     rng = random.Random(seed)
     pairs = [(c, d) for c in COLOURS for d in DIRECTIONS]
@@ -86,7 +88,9 @@ def make_clips(root: Path, prefix: str, count: int, seed: int) -> list[Clip]:
         name = f"{prefix}_{i:04d}.mp4"
         path = root / "videos" / name
         if not path.exists():
-            write_clip(path, clip_frames(colour, direction, seed=seed * 100_003 + i))
+            write_clip(
+                path, clip_frames(colour, direction, size=size, frames=frames, seed=seed * 100_003 + i), fps
+            )
         clips.append(Clip(name=name, colour=colour, direction=direction))
     return clips
 
@@ -120,14 +124,27 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def make_task_datasets(root: Path, *, train_videos: int = 64, val_videos: int = 32, seed: int = 0) -> dict:
+def make_task_datasets(
+    root: Path,
+    *,
+    train_videos: int = 64,
+    val_videos: int = 32,
+    seed: int = 0,
+    size: int = 64,
+    seconds: float = 2.0,
+    fps: int = 8,
+) -> dict:
     """Write videos and, per task, ``<task>_train.jsonl`` (no answer anywhere but the ground truth the
     reward checks), ``<task>_mix.jsonl`` (the same samples with the correct answer as offline output),
     ``<task>_format.jsonl`` (offline answers uniformly random: a format warm start that teaches the
-    answer format but not the answer) and ``<task>_val.jsonl`` (other videos). Returns {stem: path}."""
+    answer format but not the answer) and ``<task>_val.jsonl`` (other videos). Returns {stem: path}.
+
+    ``size`` × ``size`` pixels, ``seconds`` at ``fps``: the defaults make tiny clips that decode in
+    milliseconds; larger ones make decoding cost what it costs on real data (the caching benchmark)."""
     root.mkdir(parents=True, exist_ok=True)
-    train = make_clips(root, "train", train_videos, seed=seed + 1)
-    val = make_clips(root, "val", val_videos, seed=seed + 2)
+    shape = {"size": size, "frames": max(2, round(seconds * fps)), "fps": fps}
+    train = make_clips(root, "train", train_videos, seed=seed + 1, **shape)
+    val = make_clips(root, "val", val_videos, seed=seed + 2, **shape)
     written = {}
     for task in TASKS:
         files = {

@@ -110,7 +110,7 @@ class LocalActorGroup:
                 if mb.dummy:
                     loss = loss * 0.0
                 loss.backward()
-                nll += float(loss) / self.world_size
+                nll += float(loss.detach()) / self.world_size
             norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

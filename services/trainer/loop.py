@@ -238,6 +238,7 @@ class Trainer:
             if self.start_step == 0 and cfg.val_before_train and self.val_samples:
                 last_val = self.validate()
                 self.logger.log(0, last_val)
+            started = time.perf_counter()
             for step in range(self.start_step + 1, cfg.total_steps + 1):
                 metrics = self.train_step(step)
                 done = step
@@ -245,6 +246,8 @@ class Trainer:
                 if last_step_val and self.val_samples:
                     last_val = self.validate()
                     metrics.update(last_val)
+                # wall time of this process's training so far (validation included, setup not)
+                metrics["perf/elapsed_s"] = time.perf_counter() - started
                 self.logger.log(step, metrics, samples=self._batch_ids)
                 self._console(step, metrics)
                 if self.hooks.on_progress is not None:

@@ -169,7 +169,7 @@ def _micro_step(
         metrics.update(kl_metrics)
     if entropy is not None:
         ent = aggregate_loss(entropy, mask, algorithm.loss_agg, global_normaliser=total)
-        metrics["entropy_loss"] = float(ent)
+        metrics["entropy_loss"] = float(ent.detach())
         metrics["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
         if entropy_coef:
             total_loss = total_loss - entropy_coef * ent

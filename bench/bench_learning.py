@@ -1,0 +1,182 @@
+"""Does a tiny model learn from rewards, through the real loop (vLLM rollouts, the reward library, the HF
+actor)? And what does the frame cache save per training step?
+
+    python -m bench.bench_learning [--work DIR] [--steps N] [--rl-steps N] [--cache-steps N]
+
+Runs, one at a time (two at once would share the 2 cores):
+1. ``mix``: the colour task from random weights with mixed groups (7 sampled + the offline answer):
+   ``learning_heldout_accuracy`` (held-out accuracy at the end), ``learning_minutes`` (training wall
+   minutes until held-out accuracy first reached 0.9; the whole budget if it never did);
+2. ``nomix``: the same budget without offline trajectories: ``learning_mix_gain`` = accuracy with ÷
+   accuracy without (the latter floored at chance, 0.25, so a run that never answers cannot divide by 0);
+3. ``rl``: the direction task by pure RL: a format warm start whose offline answers are uniformly random
+   letters, then GRPO on data with no correct answer anywhere: ``learning_rl_only_accuracy``;
+4. ``cached`` / ``realtime``: the same steps with clips from the frame store vs decoded every time
+   (360p, 10 s sources): ``train_step_realtime_over_cached`` and ``train_tokens_per_s``, plus the
+   per-phase breakdown printed and written to docs/benchmarks.md by hand.
+Curves go to docs/learning_curves.png. Figures go to bench/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.results import record
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "examples" / "tiny_cpu.yaml"
+RL_CONFIG = ROOT / "examples" / "tiny_cpu_rl.yaml"
+CHANCE = 0.25
+
+
+def run_train(config: Path, overrides: list[str], work: Path, name: str) -> list[dict]:
+    out = work / name
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "services.cli", "train", str(config), *overrides,
+           f"trainer.output_dir={out}", "trainer.resume=none", "trainer.loggers=[jsonl]"]  # fmt: skip
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "REELRL_HOME": str(work / "home")}
+    started = time.monotonic()
+    print(f"[{name}] {' '.join(cmd[3:])}", flush=True)
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"[{name}] failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    print(f"[{name}] done in {time.monotonic() - started:.0f} s", flush=True)
+    return rows
+
+
+def val_curve(rows: list[dict]) -> list[tuple[int, float, float]]:
+    """(step, training minutes, held-out accuracy) of every validation."""
+    return [
+        (r["step"], r.get("perf/elapsed_s", 0.0) / 60, r["val/accuracy"]) for r in rows if "val/accuracy" in r
+    ]
+
+
+def minutes_to(rows: list[dict], target: float) -> float | None:
+    for _, minutes, acc in val_curve(rows):
+        if acc >= target:
+            return minutes
+    return None
+
+
+def plot(curves: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rows in curves.items():
+        vc = val_curve(rows)
+        left.plot([s for s, _, _ in vc], [a for _, _, a in vc], marker="o", ms=3, label=name)
+        steps = [r["step"] for r in rows if "reward/accuracy" in r]
+        reward = [r["reward/accuracy"] for r in rows if "reward/accuracy" in r]
+        right.plot(steps, reward, lw=1, label=name)
+    left.axhline(CHANCE, color="grey", ls=":", label="chance")
+    left.set(xlabel="step", ylabel="held-out accuracy (greedy)", ylim=(-0.02, 1.02), title="validation")
+    right.set(
+        xlabel="step", ylabel="accuracy of sampled responses", ylim=(-0.02, 1.02), title="training reward"
+    )
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def prepare(work: Path) -> None:
+    """Datasets (tiny clips for learning, 360p clips for the cache benchmark) and the tiny model."""
+    from services.common.synthetic_tasks import make_task_datasets
+    from services.common.tiny_models import build_tiny_model
+
+    data = work / "reelrl-data"
+    if not (data / "colour_mix.jsonl").exists():
+        make_task_datasets(data, train_videos=64, val_videos=32)
+    big = work / "reelrl-data-360p"
+    if not (big / "colour_mix.jsonl").exists():
+        make_task_datasets(big, train_videos=16, val_videos=4, size=360, seconds=10.0, fps=24)
+    if not (data / "tiny-qwen2_5_vl").exists():
+        build_tiny_model("qwen2_5_vl", data / "tiny-qwen2_5_vl", seed=0)
+
+
+def phase_means(rows: list[dict], skip: int = 2) -> dict[str, float]:
+    timed = [r for r in rows if "timing/step_s" in r][skip:]
+    keys = sorted({k for r in timed for k in r if k.startswith("timing/")})
+    return {k: statistics.mean(r.get(k, 0.0) for r in timed) for k in keys}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work" / "learning")
+    parser.add_argument("--steps", type=int, default=500, help="budget of the mix and no-mix runs")
+    parser.add_argument("--rl-steps", type=int, default=300)
+    parser.add_argument("--cache-steps", type=int, default=8)
+    parser.add_argument("--only", default="mix,nomix,rl,cache")
+    args = parser.parse_args()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    prepare(work)
+    only = set(args.only.split(","))
+    figures: dict[str, float] = {}
+    curves: dict[str, list[dict]] = {}
+    budget = [f"trainer.total_steps={args.steps}", "trainer.val_freq=25", "trainer.save_freq=0"]
+
+    if "mix" in only:
+        mix = curves["mix-policy (colour)"] = run_train(CONFIG, budget, work, "mix")
+        final = val_curve(mix)[-1][2]
+        reached = minutes_to(mix, 0.9)
+        figures["learning_heldout_accuracy"] = round(final, 3)
+        figures["learning_minutes"] = round(
+            reached if reached is not None else mix[-1]["perf/elapsed_s"] / 60, 2
+        )
+        print(f"mix: held-out {final:.3f}, reached 0.9 after {reached} min", flush=True)
+    if "nomix" in only:
+        nomix = curves["no offline data (colour)"] = run_train(
+            CONFIG, [*budget, "data.train_files=[reelrl-data/colour_train.jsonl]", "rollout.mix_policy=false"],
+            work, "nomix",
+        )  # fmt: skip
+        without = val_curve(nomix)[-1][2]
+        if "learning_heldout_accuracy" in figures:
+            figures["learning_mix_gain"] = round(
+                figures["learning_heldout_accuracy"] / max(without, CHANCE), 2
+            )
+        figures["learning_nomix_accuracy"] = round(without, 3)
+        print(f"no mix: held-out {without:.3f}", flush=True)
+    if "rl" in only:
+        rl = curves["pure RL after a random-letter warm start (direction)"] = run_train(
+            RL_CONFIG, [f"trainer.total_steps={args.rl_steps}", "trainer.val_freq=20", "trainer.save_freq=0"],
+            work, "rl",
+        )  # fmt: skip
+        figures["learning_rl_only_accuracy"] = round(val_curve(rl)[-1][2], 3)
+        figures["learning_rl_only_start_accuracy"] = round(val_curve(rl)[0][2], 3)
+        print(f"rl: held-out {val_curve(rl)[0][2]:.3f} -> {val_curve(rl)[-1][2]:.3f}", flush=True)
+    if "cache" in only:
+        common = [
+            f"trainer.total_steps={args.cache_steps}", "trainer.val_freq=0", "trainer.val_before_train=false",
+            "trainer.save_freq=0", "data.train_files=[reelrl-data-360p/colour_mix.jsonl]", "data.val_files=[]",
+        ]  # fmt: skip
+        cached = run_train(CONFIG, common, work, "cached")
+        realtime = run_train(CONFIG, [*common, "data.source_mode=realtime_only"], work, "realtime")
+        c, r = phase_means(cached), phase_means(realtime)
+        figures["train_step_realtime_over_cached"] = round(r["timing/step_s"] / c["timing/step_s"], 2)
+        figures["train_tokens_per_s"] = round(statistics.mean(x["perf/tokens_per_s"] for x in cached[2:]), 1)
+        print("phase means (s)  cached  realtime")
+        for k in sorted(set(c) | set(r)):
+            print(f"  {k:28s} {c.get(k, 0):7.3f} {r.get(k, 0):8.3f}")
+        figures["train_step_s_cached"] = round(c["timing/step_s"], 3)
+        figures["train_step_s_realtime"] = round(r["timing/step_s"], 3)
+    if curves:
+        plot(curves, ROOT / "docs" / "learning_curves.png")
+    print(json.dumps(figures, indent=2))
+    record(figures)
+
+
+if __name__ == "__main__":
+    main()
