@@ -144,7 +144,12 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
                     f"items[{index}].response has {len(item.response)} characters; the limit is "
                     f"{settings.max_response_chars}",
                 )
-        config = RewardConfig(**body.options.model_dump(), math_timeout_s=settings.math_timeout_s)
+        config = RewardConfig(
+            **body.options.model_dump(),
+            math_timeout_s=settings.math_timeout_s,
+            math_deadline_s=settings.math_deadline_s,
+            math_workers=settings.math_workers,
+        )
         pairs = [(item.sample, item.response) for item in body.items]
         results: list[RewardResult] = await anyio.to_thread.run_sync(
             score_items, pairs, config, limiter=scoring_slots

@@ -7,7 +7,14 @@ tree embeds ``RewardConfig``.
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def default_math_workers() -> int:
+    """Four helpers, fewer on a small machine: each holds ~120 MB and takes seconds of CPU to start."""
+    return min(4, os.cpu_count() or 1)
 
 
 class ScoringOptions(BaseModel):
@@ -31,6 +38,17 @@ class RewardConfig(ScoringOptions):
 
     url: str | None = Field(None, description="reward service base URL, e.g. http://reward:8100")
     math_timeout_s: float = Field(5.0, gt=0.0, le=120.0, description="limit for one math equivalence check")
+    # Below the HTTP client's http_timeout_s: a batch's slow checks end (scoring 0 with a note) before
+    # the client would give up on the whole batch.
+    math_deadline_s: float = Field(
+        60.0, gt=0.0, le=600.0, description="limit for all math checks of one batch; later ones score 0"
+    )
+    math_workers: int = Field(
+        default_factory=default_math_workers,
+        ge=1,
+        le=64,
+        description="math helper processes (a bounded pool) per process; default min(4, CPUs)",
+    )
     http_timeout_s: float = Field(120.0, gt=0.0)
     http_batch_size: int = Field(256, gt=0, description="items per HTTP request (the server caps it)")
     http_retries: int = Field(3, ge=0)

@@ -24,9 +24,11 @@ def normalise_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class ScoreContext:
-    """Per-call settings a unit may need."""
+    """Per-call settings a unit may need: the limit of one math check, and the batch's deadline
+    (a ``time.monotonic()`` value; None for no deadline)."""
 
     math_timeout_s: float
+    deadline: float | None = None
 
 
 class ProblemType(ABC):
@@ -47,6 +49,11 @@ class ProblemType(ABC):
     @abstractmethod
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
         """Accuracy in [0, 1] of a parsed answer against the parsed truth."""
+
+    def waits(self, parsed: Any, truth: Any) -> bool:
+        """True when ``accuracy`` would wait on a helper process for this pair (math): the batch scorers
+        then run it on a pool thread, so a slow check does not hold up the items after it."""
+        return False
 
     def jsonable(self, parsed: Any) -> Any:
         """``parsed`` as JSON-ready data for ``RewardResult.extracted``."""

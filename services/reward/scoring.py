@@ -5,13 +5,18 @@ format   = 1   one <answer> block whose content the type can read
          = 0   no block, malformed blocks, or (strict mode) not <think>…</think><answer>…</answer>
 accuracy = the type's score of what was read (0 when nothing was read)
 overall  = w_acc · accuracy + w_fmt · format
+
+A batch's math checks share one deadline (``math_deadline_s``) and run on a bounded pool of helper
+processes (``math_workers``), a few at a time, while every other item is scored inline.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +24,7 @@ from pydantic import ValidationError
 from services.reward.config import RewardConfig
 from services.reward.errors import InvalidSample
 from services.reward.extract.tags import answer_text, split_response
-from services.reward.metrics.mathcheck import HelperDied, MathTimeout
+from services.reward.metrics.mathcheck import ExpressionRefused, HelperDied, MathTimeout, get_math_checker
 from services.reward.registry import ProblemType, ScoreContext, canonical_name, get_type
 from services.reward.result import RewardResult
 from services.reward.sample import RewardSample
@@ -55,7 +60,12 @@ class _Prepared:
         self.truth = self.unit.parse_truth(self.sample)
 
 
-def _score_prepared(prepared: _Prepared, response: str, config: RewardConfig) -> RewardResult:
+def _context(config: RewardConfig) -> ScoreContext:
+    return ScoreContext(config.math_timeout_s, deadline=time.monotonic() + config.math_deadline_s)
+
+
+def _read(prepared: _Prepared, response: str, config: RewardConfig) -> RewardResult | tuple[Any, float]:
+    """What the response gives and its format score, or the final result when it gives nothing to score."""
     unit, sample = prepared.unit, prepared.sample
     if not isinstance(response, str):
         raise InvalidSample(f"{sample.label}: response must be a string, got {type(response).__name__}")
@@ -73,15 +83,21 @@ def _score_prepared(prepared: _Prepared, response: str, config: RewardConfig) ->
         fmt = 0.0
     else:
         fmt = 1.0 if parsed is not None else 0.5
+    return parsed, fmt
 
+
+def _finish(
+    prepared: _Prepared, parsed: Any, fmt: float, config: RewardConfig, ctx: ScoreContext
+) -> RewardResult:
+    unit, sample = prepared.unit, prepared.sample
     accuracy, note = 0.0, None
     if parsed is not None:
         try:
-            accuracy = float(
-                unit.accuracy(parsed, prepared.truth, sample, ScoreContext(config.math_timeout_s))
-            )
+            accuracy = float(unit.accuracy(parsed, prepared.truth, sample, ctx))
         except MathTimeout as exc:
             note = f"math equivalence check timed out ({exc})"
+        except ExpressionRefused as exc:
+            note = f"math equivalence check refused ({exc})"
         except HelperDied as exc:
             note = f"math equivalence check failed: {exc}"
         if not (math.isfinite(accuracy) and 0.0 <= accuracy <= 1.0):
@@ -98,7 +114,10 @@ def _score_prepared(prepared: _Prepared, response: str, config: RewardConfig) ->
 
 def score(sample: SampleLike, response: str, config: RewardConfig | None = None) -> RewardResult:
     """Score one response. Raises UnknownProblemType / InvalidSample for an unusable sample."""
-    return _score_prepared(_Prepared(sample), response, config or RewardConfig())
+    config = config or RewardConfig()
+    prepared = _Prepared(sample)
+    read = _read(prepared, response, config)
+    return read if isinstance(read, RewardResult) else _finish(prepared, *read, config, _context(config))
 
 
 def score_batch(
@@ -106,18 +125,7 @@ def score_batch(
 ) -> list[RewardResult]:
     """Score ``(sample, response)`` pairs; the ground truth of a sample object repeated across a group of
     responses is parsed once. Raises on the first unusable sample, naming its index."""
-    config = config or RewardConfig()
-    prepared: dict[int, _Prepared] = {}
-    results = []
-    for index, (sample, response) in enumerate(items):
-        try:
-            if id(sample) not in prepared:
-                prepared[id(sample)] = _Prepared(sample)
-            results.append(_score_prepared(prepared[id(sample)], response, config))
-        except InvalidSample as exc:
-            exc.args = (f"item {index}: {exc}",)
-            raise
-    return results
+    return _score_all(items, config or RewardConfig(), fail_alone=False)
 
 
 def score_items(items: Iterable[tuple[Any, Any]], config: RewardConfig | None = None) -> list[RewardResult]:
@@ -128,30 +136,104 @@ def score_items(items: Iterable[tuple[Any, Any]], config: RewardConfig | None = 
     response) is logged with its traceback and fails that item alone, naming its index and the exception
     type: one bad response must not cost a whole GRPO batch its rewards.
     """
-    config = config or RewardConfig()
+    return _score_all(items, config or RewardConfig(), fail_alone=True)
+
+
+class _Overlap:
+    """Threads for the items whose accuracy waits on a helper process (``ProblemType.waits``), as many as
+    the math checker has helpers: a slow check holds one thread, never the items after it. Every other
+    item is scored inline. Leaving the block waits for the submitted items."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., RewardResult], *args: Any) -> Future[RewardResult]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="reward-math")
+        return self._pool.submit(fn, *args)
+
+    def __enter__(self) -> _Overlap:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+
+
+def _score_all(
+    items: Iterable[tuple[Any, Any]], config: RewardConfig, fail_alone: bool
+) -> list[RewardResult]:
+    """One deadline for the batch's math checks (``math_deadline_s``), on a pool of ``math_workers``."""
+    get_math_checker(config.math_workers)  # the pool's bound follows the config
+    ctx = _context(config)
     prepared: dict[int, _Prepared | InvalidSample] = {}
-    results = []
-    for index, (sample, response) in enumerate(items):
-        key = id(sample)
-        if key not in prepared:
+    slots: list[RewardResult | Future[RewardResult]] = []
+    with _Overlap(config.math_workers) as overlap:
+        for index, (sample, response) in enumerate(items):
+            key = id(sample)
+            if key not in prepared:
+                try:
+                    prepared[key] = _Prepared(sample)
+                except InvalidSample as exc:  # includes UnknownProblemType
+                    if not fail_alone:
+                        raise _at_item(index, exc) from None
+                    prepared[key] = exc
+                except Exception as exc:
+                    # not cached: the next item with this sample gets its own error and index
+                    slots.append(_failure(index, exc, _type_name(sample), "reading the sample", fail_alone))
+                    continue
+            entry = prepared[key]
+            if isinstance(entry, InvalidSample):
+                slots.append(RewardResult.failed(str(entry), _type_name(sample)))
+                continue
             try:
-                prepared[key] = _Prepared(sample)
-            except InvalidSample as exc:  # includes UnknownProblemType
-                prepared[key] = exc
+                read = _read(entry, response, config)
+                waits = (
+                    isinstance(read, tuple) and read[0] is not None and entry.unit.waits(read[0], entry.truth)
+                )
             except Exception as exc:
-                results.append(_internal_error(index, exc, _type_name(sample), "reading the sample"))
-                continue  # not cached: the next item with this sample gets its own error and index
-        entry = prepared[key]
-        if isinstance(entry, InvalidSample):
-            results.append(RewardResult.failed(str(entry), _type_name(sample)))
-            continue
-        try:
-            results.append(_score_prepared(entry, response, config))
-        except InvalidSample as exc:
-            results.append(RewardResult.failed(str(exc), entry.unit.name))
-        except Exception as exc:
-            results.append(_internal_error(index, exc, entry.unit.name, "scoring the response"))
-    return results
+                slots.append(_failure(index, exc, entry.unit.name, "scoring the response", fail_alone))
+                continue
+            if isinstance(read, RewardResult):
+                slots.append(read)
+            elif waits:
+                slots.append(overlap.submit(_finish_item, index, entry, *read, config, ctx, fail_alone))
+            else:
+                slots.append(_finish_item(index, entry, *read, config, ctx, fail_alone))
+    return [slot.result() if isinstance(slot, Future) else slot for slot in slots]
+
+
+def _finish_item(
+    index: int,
+    entry: _Prepared,
+    parsed: Any,
+    fmt: float,
+    config: RewardConfig,
+    ctx: ScoreContext,
+    fail_alone: bool,
+) -> RewardResult:
+    try:
+        return _finish(entry, parsed, fmt, config, ctx)
+    except Exception as exc:
+        return _failure(index, exc, entry.unit.name, "scoring the response", fail_alone)
+
+
+def _at_item(index: int, exc: InvalidSample) -> InvalidSample:
+    exc.args = (f"item {index}: {exc}",)
+    return exc
+
+
+def _failure(
+    index: int, exc: Exception, problem_type: str | None, stage: str, fail_alone: bool
+) -> RewardResult:
+    """An item that cannot be scored: a result with ``error`` (score_items), or the exception re-raised
+    (score_batch; an InvalidSample then names the item's index)."""
+    if not fail_alone:
+        raise _at_item(index, exc) if isinstance(exc, InvalidSample) else exc
+    if isinstance(exc, InvalidSample):
+        return RewardResult.failed(str(exc), problem_type)
+    return _internal_error(index, exc, problem_type, stage)
 
 
 def _internal_error(index: int, exc: Exception, problem_type: str | None, stage: str) -> RewardResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.reward.config import RewardConfig
+from services.reward.config import RewardConfig, default_math_workers
 
 
 class RewardServiceSettings(BaseSettings):
@@ -16,8 +16,11 @@ class RewardServiceSettings(BaseSettings):
     max_response_chars: int = Field(1_000_000, gt=0, description="characters per response; more → 413")
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="declared Content-Length; more → 413")
     math_timeout_s: float = Field(RewardConfig.model_fields["math_timeout_s"].default, gt=0, le=120.0)
+    math_deadline_s: float = Field(RewardConfig.model_fields["math_deadline_s"].default, gt=0, le=600.0)
     # Scoring is CPU-bound Python: more threads than this per worker only fight over the GIL and make the
     # latency tail unfair; waiting requests queue in arrival order instead.
     score_threads: int = Field(4, ge=1, description="batches scored at once per uvicorn worker")
-    math_workers: int = Field(1, ge=1, description="math helper processes per uvicorn worker")
+    math_workers: int = Field(
+        default_factory=default_math_workers, ge=1, le=64, description="math helpers per uvicorn worker"
+    )
     warm_math: bool = Field(True, description="start the math helpers at startup")

@@ -1,9 +1,12 @@
 """Format score, weights, strict mode, components, batches and errors."""
 
+import time
+
 import pytest
 from pydantic import ValidationError
 
 from services.reward import InvalidSample, RewardConfig, UnknownProblemType, score, score_batch, score_items
+from services.reward.metrics.mathcheck import get_math_checker
 
 MC = {"problem_type": "multiple choice", "answer": "B", "options": ["A. red", "B. blue"]}
 
@@ -106,3 +109,71 @@ def test_score_items_fails_bad_items_alone():
     assert "must be a JSON object" in results[2].error
     assert "response must be a string" in results[3].error
     assert all(r.overall == 0.0 for r in results[1:])
+
+
+def _math(answer: str, boxed: str) -> tuple[dict, str]:
+    return {"problem_type": "math", "answer": answer}, f"<answer>\\boxed{{{boxed}}}</answer>"
+
+
+def test_absurd_math_answers_are_refused_without_a_helper_and_the_rest_still_score():
+    # the issue's case: towers against 10 cost 5 s each in sympy, and simple items behind them waited
+    absurd = [_math("10", r"9^{9^{9^{9}}}")] * 6 + [_math("10", r"2^{2^{2^{2}}}"), _math("10", r"(10^{6})!")]
+    simple = [  # pairs no other test uses, so none is a cached verdict
+        _math("7", r"\sqrt{49}"),
+        _math("y^2+6y+9", "(y+3)^2"),
+        _math("11", r"\sqrt{121}"),
+        _math("3", "3"),  # decided in-process
+    ]
+    checker = get_math_checker()
+    sent = checker.sent
+    results = score_items(absurd + simple, RewardConfig(math_workers=2))
+    for result in results[: len(absurd)]:
+        assert (result.accuracy, result.format, result.error) == (0.0, 1.0, None)
+        assert result.note.startswith("math equivalence check refused (answer: ")
+    assert "369,693,100 digits" in results[0].note and "power tower 4 levels" in results[6].note
+    assert [r.accuracy for r in results[len(absurd) :]] == [1.0, 1.0, 1.0, 1.0]
+    assert checker.sent - sent == 3  # only the three simple symbolic pairs reached sympy
+
+
+def test_score_batch_scores_math_on_the_pool_in_order():
+    items = [_math(f"{k}", rf"\sqrt{{{k * k}}}") for k in range(13, 19)] + [(MC, "<answer>A</answer>")]
+    results = score_batch(items, RewardConfig(math_workers=3))
+    assert [r.accuracy for r in results] == [1.0] * 6 + [0.0]
+    assert [r.extracted for r in results[:6]] == [rf"\sqrt{{{k * k}}}" for k in range(13, 19)]
+
+
+def test_an_absurd_math_truth_is_an_invalid_sample():
+    with pytest.raises(InvalidSample, match=r"math answer is too absurd to check: .*power tower 4 levels"):
+        score({"problem_type": "math", "answer": r"2^{2^{2^{2}}}"}, "<answer>1</answer>")
+
+
+# Not refused by the pre-check, yet far slower than any limit here (over 10 s measured).
+SLOW = "((x+1)(y+1)(z+1))^{20}"
+
+
+@pytest.mark.slow
+def test_slow_checks_run_beside_simple_ones_within_the_batch_deadline():
+    get_math_checker(3).warm()  # helper start-up must not eat the deadline
+    slow = [_math("1", SLOW), _math("2", SLOW)]
+    simple = [_math("8", r"\sqrt{64}"), _math("x^2-4", "(x-2)(x+2)")]
+    # One after another, the two slow checks alone would use the whole 4 s deadline (2.5 s each) and the
+    # simple items behind them would get none: they score only because they run beside the slow ones.
+    config = RewardConfig(math_workers=3, math_timeout_s=2.5, math_deadline_s=4.0)
+    results = score_items(slow + simple, config)
+    assert [r.accuracy for r in results] == [0.0, 0.0, 1.0, 1.0]
+    assert all("timed out" in r.note for r in results[:2])
+    assert [r.note for r in results[2:]] == [None, None]
+
+
+@pytest.mark.slow
+def test_the_batch_deadline_bounds_many_slow_checks():
+    get_math_checker(2).warm()
+    slow = [_math(str(k), SLOW) for k in range(10, 14)]  # pairs no other test uses: no cached verdicts
+    config = RewardConfig(math_workers=2, math_timeout_s=5.0, math_deadline_s=2.0)
+    started = time.monotonic()
+    results = score_items([*slow, _math("5", "5")], config)
+    elapsed = time.monotonic() - started
+    assert [r.accuracy for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert all("timed out" in r.note and "deadline" in r.note for r in results[2:4])  # never got a helper
+    # a deadline check, not a benchmark: one after another these cost 4 × 5 s
+    assert elapsed < 10.0

@@ -148,3 +148,18 @@ def test_non_finite_numbers_get_422_and_keep_the_connection(service_url):
             assert (response.status, json.loads(response.read())["results"][0]["overall"]) == (200, 1.0)
     finally:
         connection.close()
+
+
+def test_a_chunk_full_of_absurd_math_answers_is_answered_with_notes(service_url):
+    # the case: ~24 towers in one 256-item chunk cost 24 × 5 s on one helper and the client gave up
+    tower = ({"problem_type": "math", "answer": "10"}, r"<answer>\boxed{9^{9^{9^{9}}}}</answer>")
+    simple = ({"problem_type": "math", "answer": "2"}, r"<answer>\boxed{\sqrt{4}}</answer>")
+    items = [tower] * 24 + [simple, ITEMS[0]] * 116
+    client = HttpRewardClient(RewardConfig(url=service_url, http_timeout_s=60, http_retries=0))
+    results = client.score_batch(items)
+    client.close()
+    assert len(results) == 256
+    assert all(
+        r.accuracy == 0.0 and r.note.startswith("math equivalence check refused") for r in results[:24]
+    )
+    assert all(r.accuracy == 1.0 and r.note is None and r.error is None for r in results[24:])

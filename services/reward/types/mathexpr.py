@@ -10,11 +10,10 @@ from services.reward.errors import InvalidSample
 from services.reward.extract.numbers import LATEX_FRAC
 from services.reward.extract.tags import last_boxed
 from services.reward.metrics.mathcheck import get_math_checker
+from services.reward.metrics.mathguard import MAX_EXPRESSION_CHARS, refusal
 from services.reward.registry import ProblemType, ScoreContext, register
 from services.reward.sample import RewardSample
 
-# Longer "final answers" are not expressions but prose; also bounds what a helper process must parse.
-MAX_EXPRESSION_CHARS = 1000
 _PLAIN = re.compile(r"[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})(?:/\d{1,300})?")
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 # Digit runs are bounded: int() refuses strings over 4,300 digits, and such "answers" are not numbers.
@@ -53,21 +52,35 @@ class MathExpression(ProblemType):
         truth = _clean(str(sample.answer))
         if not truth or len(truth) > MAX_EXPRESSION_CHARS:
             raise InvalidSample(f"{sample.label}: math answer must be 1–{MAX_EXPRESSION_CHARS} characters")
+        reason = refusal(truth)
+        if reason is not None:
+            raise InvalidSample(f"{sample.label}: math answer is too absurd to check: {reason}")
         return truth
 
     def extract(self, text: str, sample: RewardSample) -> str | None:
         expr = _clean(text)
         return expr if expr and len(expr) <= MAX_EXPRESSION_CHARS else None
 
+    def waits(self, parsed: Any, truth: Any) -> bool:
+        return _decided_in_process(parsed, truth) is None
+
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
-        exact_pred, exact_truth = _as_fraction(parsed), _as_fraction(truth)
-        if exact_pred is not None and exact_truth is not None:
-            if exact_pred == exact_truth:
-                return 1.0
-            if "." not in parsed + truth:
-                return 0.0  # integers and fractions: math-verify compares them exactly too
-            # a decimal is involved: math-verify's rounding (6 places) decides, e.g. 0.142857 = 1/7
-        if _NOISE.sub("", parsed) == _NOISE.sub("", truth):
-            return 1.0
-        same = get_math_checker().equivalent(truth, parsed, ctx.math_timeout_s)
+        decided = _decided_in_process(parsed, truth)
+        if decided is not None:
+            return decided
+        same = get_math_checker().equivalent(truth, parsed, ctx.math_timeout_s, deadline=ctx.deadline)
         return 1.0 if same else 0.0
+
+
+def _decided_in_process(parsed: str, truth: str) -> float | None:
+    """Accuracy when no symbolic check is needed, else None."""
+    exact_pred, exact_truth = _as_fraction(parsed), _as_fraction(truth)
+    if exact_pred is not None and exact_truth is not None:
+        if exact_pred == exact_truth:
+            return 1.0
+        if "." not in parsed + truth:
+            return 0.0  # integers and fractions: math-verify compares them exactly too
+        # a decimal is involved: math-verify's rounding (6 places) decides, e.g. 0.142857 = 1/7
+    if _NOISE.sub("", parsed) == _NOISE.sub("", truth):
+        return 1.0
+    return None

@@ -23,9 +23,20 @@ def test_math(answer, response, accuracy, extracted):
     assert (result.accuracy, result.extracted) == (accuracy, extracted)
 
 
+def test_absurd_expression_is_refused_with_a_note():
+    result = score({"problem_type": "math", "answer": "10"}, r"<answer>\boxed{9^{9^{9^{9}}}}</answer>")
+    assert (result.accuracy, result.format, result.error) == (0.0, 1.0, None)
+    assert result.note == (
+        "math equivalence check refused (answer: 9^{9^{9}} needs about 369,693,100 digits (at most 100,000))"
+    )
+
+
 @pytest.mark.slow
-def test_pathological_expression_scores_zero_with_a_note():
+def test_slow_expression_scores_zero_with_a_note():
     config = RewardConfig(math_timeout_s=0.5)
-    result = score({"problem_type": "math", "answer": "1"}, r"<answer>\boxed{9^{9^{9^{9}}}}</answer>", config)
+    # not refused by the pre-check (a product of sums raised to a power), far slower than 0.5 s in sympy
+    result = score(
+        {"problem_type": "math", "answer": "1"}, r"<answer>\boxed{((x+1)(y+1)(z+1))^{20}}</answer>", config
+    )
     assert (result.accuracy, result.format) == (0.0, 1.0)
     assert "timed out" in result.note
