@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
-import uuid
 
 import pytest
 from celery import Celery
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.celery_app import make_celery
-from services.common.db.engine import ensure_schema
 from services.common.observability import (
     TrainerMetrics,
     WorkerMetrics,
     _LiveProcessCollector,
     start_exporter,
 )
-from services.common.settings import get_settings, reset_settings_cache
 
 
 def _samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -147,51 +140,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_preprocess_worker_exports_the_tasks_its_pool_processes_ran(reelrl_home, monkeypatch):
-    # The embedded broker keeps this worker's queue private (the exporter does not depend on the broker).
-    port = _free_port()
-    monkeypatch.setenv("REELRL_METRICS_PORT", str(port))
-    reset_settings_cache()
-    ensure_schema()  # as the deployment's one-shot migration does: pool processes do not race to create it
-    env = {**os.environ, "PYTHONWARNINGS": "ignore:You're running the worker with superuser privileges"}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "worker", "preprocess", "-c", "2"],
-        env=env, start_new_session=True,
-    )  # fmt: skip
-    try:
-        app = make_celery(get_settings())
-        key = f"missing-{uuid.uuid4().hex}"
-        for _ in range(3):  # an unknown clip: the task finishes at once, reporting it
-            app.send_task("reelrl.preprocess.clip", args=[key], queue="preprocess")
-        wanted = ("reelrl_worker_tasks_total", frozenset(
-            {("queue", "preprocess"), ("task", "reelrl.preprocess.clip"), ("state", "success")}
-        ))  # fmt: skip
-        deadline = time.monotonic() + 180
-        samples: dict = {}
-        while time.monotonic() < deadline and samples.get(wanted) != 3:
-            assert worker.poll() is None, f"worker exited with {worker.returncode}"
-            with contextlib.suppress(OSError):  # not listening yet
-                samples = _samples(_scrape(port))
-            time.sleep(0.5)
-        assert samples.get(wanted) == 3
-        labels = frozenset({("queue", "preprocess"), ("task", "reelrl.preprocess.clip")})
-        finished = sum(
-            value for (name, sample_labels), value in samples.items()
-            if name == "reelrl_worker_tasks_total" and labels < sample_labels
-        )  # fmt: skip
-        assert samples[("reelrl_worker_task_seconds_count", labels)] == finished
-        assert samples[("reelrl_worker_tasks_active", frozenset({("queue", "preprocess")}))] == 0
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
 
 
 _WORKER_WITH_TRAINER = textwrap.dedent(
