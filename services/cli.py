@@ -17,6 +17,8 @@ db_app = typer.Typer(no_args_is_help=True, help="Maintain the database schema.")
 app.add_typer(db_app, name="db")
 token_app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the jobs API (stored hashed).")
 app.add_typer(token_app, name="token")
+eval_app = typer.Typer(help="Evaluate on video benchmarks; re-score saved predictions.")
+app.add_typer(eval_app, name="eval")
 
 
 @app.command()
@@ -242,6 +244,90 @@ def make_tiny_model(
     from services.common.tiny_models.cli import make_tiny_model_command
 
     raise typer.Exit(make_tiny_model_command(family, out, seed=seed, real_tokenizer=real_tokenizer))
+
+
+@eval_app.callback(invoke_without_command=True)
+def eval_main(
+    ctx: typer.Context,
+    list_benchmarks: bool = typer.Option(
+        False, "--list-benchmarks", help="Print every registered benchmark."
+    ),
+) -> None:
+    """Benchmarks: `run` a model, print `samples`, `score` saved predictions."""
+    if list_benchmarks:
+        from services.eval.cli import list_command
+
+        raise typer.Exit(list_command())
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+@eval_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def eval_run(
+    ctx: typer.Context,
+    model: Path = typer.Option(None, "--model", help="Checkpoint folder (HF format)."),
+    benchmarks: str = typer.Option(None, "--benchmarks", help="Comma-separated benchmark names."),
+    data_root: Path = typer.Option(None, "--data-root", help="Folder holding one folder per benchmark."),
+    limit: int = typer.Option(None, "--limit", min=1, help="At most N samples per benchmark."),
+    output: Path = typer.Option(None, "--output", help="Run folder (default: <home>/eval/<run id>)."),
+    config: Path = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML run config."),
+    list_benchmarks: bool = typer.Option(
+        False, "--list-benchmarks", help="Print every registered benchmark."
+    ),
+) -> None:
+    """Evaluate MODEL on BENCHMARKS; dotted overrides follow, e.g. `thinking=true video.nframes=8`."""
+    if list_benchmarks:
+        from services.eval.cli import list_command
+
+        raise typer.Exit(list_command())
+    from services.eval.runner import run_command
+
+    raise typer.Exit(run_command(model, benchmarks, data_root, limit, output, config, list(ctx.args)))
+
+
+@eval_app.command("samples")
+def eval_samples(
+    benchmark: str = typer.Option(..., "--benchmark", help="A registered benchmark name."),
+    annotations: Path = typer.Option(..., "--annotations", exists=True, help="Annotation file or folder."),
+    video_root: Path = typer.Option(
+        None, "--video-root", help="Prefix printed video paths with this folder."
+    ),
+    option: list[str] = typer.Option([], "--option", "-o", help="Benchmark option KEY=VALUE (repeatable)."),
+) -> None:
+    """Print the benchmark's normalised samples as JSONL (id, problem, options, answer, videos, …)."""
+    from services.eval.cli import samples_command
+
+    raise typer.Exit(samples_command(benchmark, annotations, video_root, option))
+
+
+@eval_app.command("score")
+def eval_score(
+    benchmark: str = typer.Option(..., "--benchmark", help="A registered benchmark name."),
+    annotations: Path = typer.Option(..., "--annotations", exists=True, help="Annotation file or folder."),
+    predictions: Path = typer.Option(
+        ..., "--predictions", exists=True, dir_okay=False, help='JSONL of {"id", "response"}.'
+    ),
+    family: str = typer.Option("qwen2_5_vl", help="Model family (decides the box coordinate space)."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Benchmark option KEY=VALUE (repeatable)."),
+    out: Path = typer.Option(None, "--out", help="Also write the summary JSON here."),
+) -> None:
+    """Re-score saved predictions with no model; prints the summary JSON (overall and every breakdown)."""
+    from services.eval.cli import score_command
+
+    raise typer.Exit(score_command(benchmark, annotations, predictions, family, option, out))
+
+
+@worker_app.command("eval")
+def worker_eval() -> None:
+    """An evaluation worker: runs `eval` jobs one at a time in this process (vLLM spawns its children)."""
+    from services.common.observability import serve_worker_metrics
+
+    serve_worker_metrics()
+    import services.eval.tasks  # noqa: F401  (registers the service's tasks with the shared app)
+    from services.common.celery_app import get_celery
+
+    get_celery().worker_main(["worker", "-Q", "eval", "-P", "solo", "--loglevel", "INFO"])
 
 
 def main() -> None:

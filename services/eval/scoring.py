@@ -23,7 +23,7 @@ class Prediction(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str
-    response: str
+    response: str | None = Field(description="null: no answer (scored as missing)")
     clip_meta: list[dict[str, Any]] | None = None
     judge_response: str | None = Field(None, description="the LLM judge's reply, when one graded this answer")
 
@@ -122,7 +122,7 @@ def score_predictions(
     given = [
         (s, predictions[s.id].response, predictions[s.id].clip_meta, predictions[s.id].judge_response)
         for s in samples
-        if s.id in predictions
+        if s.id in predictions and predictions[s.id].response is not None
     ]
     results = {r.id: r for r in score_many(benchmark, given, family, config)}
     return {s.id: results.get(s.id) or missing(s) for s in samples}

@@ -200,3 +200,55 @@ class TrainStepMetrics(Base):
     step: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class EvalRun(Base):
+    """One evaluation run (``reelrl eval run`` or an ``eval`` job): its config, manifest and summaries."""
+
+    __tablename__ = "eval_runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    model: Mapped[str] = mapped_column(Text)
+    family: Mapped[str] = mapped_column(String(32))
+    benchmarks: Mapped[list[str]] = mapped_column(JSON)
+    config: Mapped[dict] = mapped_column(JSON)
+    manifest: Mapped[dict] = mapped_column(JSON)
+    output_dir: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="running", index=True)
+    summaries: Mapped[dict | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class EvalResult(Base):
+    """One scored sample of a run, written the moment it exists; (run, benchmark, sample) is unique, so
+    a restarted run skips finished samples and never duplicates one."""
+
+    __tablename__ = "eval_results"
+    __table_args__ = (
+        UniqueConstraint("run_id", "benchmark", "sample_id", name="uq_eval_results_run_benchmark_sample"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"), index=True)
+    benchmark: Mapped[str] = mapped_column(String(64))
+    sample_id: Mapped[str] = mapped_column(String(512))
+    response: Mapped[str | None] = mapped_column(Text)
+    accuracy: Mapped[float] = mapped_column(Float)
+    format: Mapped[float] = mapped_column(Float, default=0.0)
+    extracted: Mapped[dict | list | str | float | None] = mapped_column(JSON)
+    details: Mapped[dict] = mapped_column(JSON, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    judged: Mapped[bool] = mapped_column(Boolean, default=False)
+    judge_response: Mapped[str | None] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(16))
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    response_tokens: Mapped[int | None] = mapped_column(Integer)
+    latency_s: Mapped[float | None] = mapped_column(Float)
+    clip_meta: Mapped[list | None] = mapped_column(JSON)
+    # model, family, clip parameters (frames, fps, pixel budgets), prompt template version, sampling
+    # parameters and code version of this result
+    manifest: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

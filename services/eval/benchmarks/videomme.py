@@ -52,6 +52,8 @@ def frame_times(clip_meta: list[dict[str, Any]] | None) -> list[float] | None:
     if not clip_meta:
         return None
     meta = clip_meta[0]
+    if meta.get("timestamps") is not None:
+        return [float(t) for t in meta["timestamps"]]
     fps = float(meta["fps"])
     return [int(i) / fps for i in meta["frames_indices"]]
 

@@ -1,0 +1,132 @@
+"""Clips for a benchmark's samples: the protocol's decode parameters (config overrides applied), the
+frame-store key of every video, and preprocessing of the missing ones through the preprocess service
+(local worker processes when embedded, or running workers) before any request is sent."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from services.common.families import FamilyName
+from services.common.frames import FrameStore, VideoParams, clip_key
+from services.common.frames.hashing import content_hash
+from services.common.samples import Sample
+
+log = logging.getLogger(__name__)
+_LINE = re.compile(r"^line (\d+): ")
+
+
+def clip_params(family: FamilyName | str, *layers: Mapping[str, Any]) -> VideoParams:
+    """The benchmark's protocol defaults with each override layer applied in turn. Setting ``fps`` in a
+    layer clears ``nframes`` unless the layer sets it too (and the other way round): the two exclude
+    each other, and an override names the one it wants."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        layer = dict(layer)
+        if "fps" in layer and "nframes" not in layer:
+            merged["nframes"] = None
+        if "nframes" in layer and "fps" not in layer:
+            merged["fps"] = None
+        merged.update(layer)
+    merged["family"] = FamilyName(family)
+    return VideoParams.model_validate(merged)
+
+
+@dataclass
+class PlannedSample:
+    """A sample with the clip key and parameters of each of its videos, or why it cannot run."""
+
+    sample: Sample
+    params: VideoParams | None = None
+    files: list[Path] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class ClipPlanner:
+    """Hashes each video file once per run (many questions share a video)."""
+
+    def __init__(self, store: FrameStore) -> None:
+        self.store = store
+        self._hashes: dict[tuple[Path, int, int], str] = {}
+
+    def _hash(self, path: Path) -> str:
+        stat = path.stat()
+        stamp = (path, stat.st_size, stat.st_mtime_ns)
+        if stamp not in self._hashes:
+            self._hashes[stamp] = content_hash(path)
+        return self._hashes[stamp]
+
+    def plan(self, samples: Sequence[Sample], video_root: Path, params: VideoParams) -> list[PlannedSample]:
+        planned = []
+        for sample in samples:
+            item = PlannedSample(sample)
+            planned.append(item)
+            if sample.images:
+                item.error = "image samples are not supported by the eval pipeline (videos or text only)"
+                continue
+            try:
+                item.params = params.with_overrides(sample.video_params)
+            except ValidationError as exc:
+                item.error = f"invalid video_params: {exc.errors()[0]['msg']}"
+                continue
+            for raw in sample.videos:
+                path = (video_root / raw).resolve()
+                if not path.is_file():
+                    item.error = f"video file not found: {path}"
+                    break
+                item.files.append(path)
+                item.keys.append(clip_key(self._hash(path), item.params))
+        return planned
+
+    def missing(self, planned: Sequence[PlannedSample]) -> list[PlannedSample]:
+        return [p for p in planned if p.error is None and not all(self.store.has(k) for k in p.keys)]
+
+
+def preprocess_missing(
+    planned: Sequence[PlannedSample],
+    store: FrameStore,
+    params: VideoParams,
+    *,
+    workers: int,
+    timeout_s: float | None,
+    work_dir: Path,
+) -> int:
+    """Decode the clips ``planned`` lacks with the preprocess service; samples whose clips still fail
+    get their error. Returns how many samples were sent."""
+    from services.preprocess.dispatch import run_preprocess
+
+    todo = [p for p in planned if p.error is None and not all(store.has(k) for k in p.keys)]
+    if not todo:
+        return 0
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix="preprocess-") as folder:
+        dataset = Path(folder) / "missing.jsonl"
+        rows = []
+        for item in todo:
+            row: dict[str, Any] = {"id": item.sample.id, "videos": [str(f) for f in item.files]}
+            if item.sample.video_params:
+                row["video_params"] = item.sample.video_params
+            rows.append(json.dumps(row))
+        dataset.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        log.info("preprocessing the clips of %d samples", len(todo))
+        report = run_preprocess(
+            dataset, Path(folder) / "out.jsonl", params, workers=workers, timeout_s=timeout_s
+        )
+    errors: dict[int, str] = {}
+    for message in report.errors:
+        match = _LINE.match(message)
+        if match:
+            errors[int(match.group(1))] = message[match.end() :]
+    for line, item in enumerate(todo, start=1):
+        if not all(store.has(k) for k in item.keys):
+            item.error = f"clip could not be preprocessed: {errors.get(line, 'no clip was stored')}"
+    return len(todo)

@@ -1,0 +1,171 @@
+"""The evaluation run's config: what to evaluate, how clips and prompts are made, how requests stream.
+
+One typed tree, YAML plus dotted ``key=value`` overrides, unknown keys rejected. The run id is derived
+from the fields that decide results (model and its weights, benchmarks, data, clip and prompt settings,
+sampling, judge), so re-running the same command resumes the same run; ``limit`` and the throughput
+knobs can change between attempts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from services.eval.benchmarks import BenchmarkError, benchmark_names
+from services.rollout.config import EngineConfig, RolloutConfig
+
+
+class ConfigError(ValueError):
+    """An unusable run config; the message names the field and the fix."""
+
+
+class BenchmarkSettings(BaseModel):
+    """Per-benchmark settings under ``bench.<name>``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: Path | None = Field(None, description="the benchmark's folder (default: <data_root>/<name>)")
+    annotations: Path | None = Field(None, description="annotation file or folder (default: the root)")
+    video_root: Path | None = Field(None, description="folder the samples' video paths are relative to")
+    video: dict[str, Any] = Field(default_factory=dict, description="clip parameter overrides (VideoParams)")
+    options: dict[str, Any] = Field(default_factory=dict, description="the adapter's own options")
+
+
+class JudgeConfig(BaseModel):
+    """An LLM judge for open answers, run through the same streaming engine machinery."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("self", description="'self' (the evaluated model's engine) or a checkpoint folder")
+    max_tokens: int = Field(16, gt=0)
+
+
+def eval_rollout_defaults() -> RolloutConfig:
+    """Greedy single answers; chunked prefill so long video prompts interleave with decoding."""
+    return RolloutConfig(
+        n=1, temperature=0.0, max_tokens=1024, engine=EngineConfig(enable_chunked_prefill=True)
+    )
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    benchmarks: list[str] = Field(min_length=1)
+    data_root: Path | None = Field(None, description="holds one folder per benchmark (named as registered)")
+    run_id: str | None = Field(None, description="default: derived from the result-deciding fields")
+    output_dir: Path | None = Field(None, description="default: <REELRL_HOME>/eval/<run_id>")
+    limit: int | None = Field(None, gt=0, description="at most this many samples per benchmark (file order)")
+    thinking: bool = Field(False, description="the shared thinking prompt instead of each benchmark's own")
+    video: dict[str, Any] = Field(
+        default_factory=dict, description="clip parameter overrides for every benchmark"
+    )
+    bench: dict[str, BenchmarkSettings] = Field(default_factory=dict)
+    rollout: RolloutConfig = Field(default_factory=eval_rollout_defaults)
+    judge: JudgeConfig | None = None
+    concurrency: int = Field(16, gt=0, description="requests in flight in the engine")
+    io_threads: int = Field(4, gt=0, description="threads loading clips and rendering prompts")
+    queue_size: int = Field(32, gt=0, description="prepared requests waiting for the engine (bounds memory)")
+    preprocess_workers: int = Field(
+        1, ge=0, description="local preprocess workers for missing clips (0: running ones)"
+    )
+    preprocess_timeout_s: float | None = Field(None, gt=0)
+
+    @field_validator("benchmarks", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+    @field_validator("rollout", mode="before")
+    @classmethod
+    def _eval_defaults(cls, value: Any) -> Any:
+        """A partial ``rollout`` fills in from the eval defaults, not the trainer's (n=8, sampling)."""
+        if isinstance(value, dict):
+            return merge(eval_rollout_defaults().model_dump(mode="json"), value)
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalConfig:
+        known = set(benchmark_names())
+        unknown = [b for b in [*self.benchmarks, *self.bench] if b not in known]
+        if unknown:
+            raise ValueError(f"unknown benchmark(s) {unknown}; registered: {', '.join(sorted(known))}")
+        if len(set(self.benchmarks)) != len(self.benchmarks):
+            raise ValueError(f"benchmarks lists a name twice: {self.benchmarks}")
+        if self.rollout.n != 1 or self.rollout.mix_policy:
+            raise ValueError(
+                "rollout.n must be 1 and rollout.mix_policy false for evaluation (one answer each)"
+            )
+        for name in self.benchmarks:
+            settings = self.bench.get(name)
+            if self.data_root is None and (settings is None or settings.root is None):
+                raise ValueError(f"benchmark {name!r} has no folder: set data_root or bench.{name}.root")
+        return self
+
+    def settings(self, name: str) -> BenchmarkSettings:
+        return self.bench.get(name) or BenchmarkSettings()
+
+    def root(self, name: str) -> Path:
+        settings = self.settings(name)
+        return settings.root if settings.root is not None else self.data_root / name  # type: ignore[operator]
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that decide results, with the model's weights fingerprinted."""
+        fields = self.model_dump(
+            mode="json",
+            include={"benchmarks", "data_root", "thinking", "video", "bench", "rollout", "judge"},
+        )
+        fields["model"] = str(self.model.resolve())
+        fields["model_fingerprint"] = model_fingerprint(self.model)
+        return fields
+
+    def resolved_run_id(self) -> str:
+        if self.run_id:
+            return self.run_id
+        text = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def model_fingerprint(path: Path) -> str:
+    """sha256 over (name, size, mtime) of the checkpoint's files: a changed checkpoint is a new run."""
+    digest = hashlib.sha256()
+    if Path(path).is_dir():
+        for file in sorted(p for p in Path(path).iterdir() if p.is_file()):
+            stat = file.stat()
+            digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` merged into ``base`` recursively (dotted overrides into the YAML tree)."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = (
+            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
+    """``values`` (CLI flags and dotted overrides, already nested) over the YAML at ``path``."""
+    base: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: an eval config is a mapping of settings")
+        base = loaded
+    try:
+        return EvalConfig.model_validate(merge(base, values))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"eval config: {problems}") from None
+    except BenchmarkError as exc:
+        raise ConfigError(str(exc)) from None

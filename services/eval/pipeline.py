@@ -1,0 +1,223 @@
+"""The streaming evaluation loop: an IO thread pool prepares requests (clip from the frame store, the
+benchmark's prompt, the engine input) into a bounded queue; ``concurrency`` consumers stream them
+through ``AsyncRolloutEngine``; each answer is scored and written to the database the moment it exists.
+
+Data path per sample: PlannedSample → (IO pool) Ready → (engine) response → (judge) → (IO pool) score
+→ eval_results row → ``on_result``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.samples import Sample
+from services.eval.benchmarks import Benchmark, ItemResult
+from services.eval.clips import PlannedSample
+from services.eval.manifest import result_manifest
+from services.eval.scoring import score_one
+from services.eval.store import ResultRecord, save_result
+from services.rollout.async_engine import AsyncRolloutEngine
+from services.rollout.prompts import EngineInput, prepare_inputs
+from services.rollout.samples import RolloutResponse, RolloutSample
+
+log = logging.getLogger(__name__)
+# what a result keeps of a clip's frame-store metadata (enough to re-score boxes without the clip)
+CLIP_META_FIELDS = ("fps", "duration", "source_width", "source_height", "width", "height", "num_frames")
+
+
+@dataclass
+class Task:
+    benchmark: str
+    adapter: Benchmark
+    planned: PlannedSample
+
+    @property
+    def sample(self) -> Sample:
+        return self.planned.sample
+
+
+@dataclass
+class Ready:
+    """A prepared request, or the reason the sample cannot run (it is then recorded as an error)."""
+
+    task: Task
+    engine_input: EngineInput | None
+    clip_meta: list[dict[str, Any]] | None
+    prompt_version: str
+    error: str | None = None
+
+
+def rollout_sample(task: Task, prompt: str, system: str | None) -> RolloutSample:
+    """The one place eval builds the rollout's input: frame-store keys and the parameters each clip
+    must have been stored with (checked when loaded)."""
+    params = task.planned.params
+    return RolloutSample(
+        id=f"{task.benchmark}/{task.sample.id}",
+        prompt=prompt,
+        system=system,
+        videos=tuple(task.planned.keys),
+        clip_params=tuple(params.canonical() for _ in task.planned.keys)
+        if params and task.planned.keys
+        else None,
+    )
+
+
+async def generate(
+    engine: AsyncRolloutEngine, item: EngineInput, **overrides: Any
+) -> tuple[list[int], RolloutResponse]:
+    """One response to a prepared input. ``AsyncRolloutEngine`` has no public call for an input that was
+    prepared elsewhere (eval prepares in its own IO pool), so its ``_collect`` is used here, only here."""
+    prompt_ids, responses = await engine._collect(item, 1, **overrides)
+    return prompt_ids, responses[0]
+
+
+class Pipeline:
+    def __init__(
+        self,
+        engine: AsyncRolloutEngine,
+        *,
+        run_id: str,
+        run_manifest: dict[str, Any],
+        family: str,
+        thinking: bool,
+        concurrency: int,
+        io_threads: int,
+        queue_size: int,
+        judge_engine: AsyncRolloutEngine | None = None,
+        judge_max_tokens: int = 16,
+        on_result: Callable[[str, ItemResult], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.run_manifest = run_manifest
+        self.family = family
+        self.thinking = thinking
+        self.concurrency = concurrency
+        self.io_threads = io_threads
+        self.queue_size = queue_size
+        self.judge_engine = judge_engine
+        self.judge_max_tokens = judge_max_tokens
+        self.on_result = on_result or (lambda benchmark, item: None)
+        self.stop = stop or (lambda: False)
+        self.written = 0
+
+    # --- IO pool ---------------------------------------------------------------------------------------
+
+    def prepare(self, task: Task) -> Ready:
+        sample, adapter, planned = task.sample, task.adapter, task.planned
+        version = adapter.prompt_version(sample, self.thinking)
+        if planned.error is not None:
+            return Ready(task, None, None, version, planned.error)
+        try:
+            metas = [
+                self.engine.source.load(key, expect=planned.params.canonical())[1] for key in planned.keys
+            ]
+            prompt = adapter.prompt(sample, self.family, self.thinking, clip_meta=metas or None)
+            request = rollout_sample(task, prompt, adapter.system_prompt(sample, self.thinking))
+            (item,) = prepare_inputs(
+                [request], self.engine.checkpoint, self.engine.source, self.engine.config
+            )
+        except (ValueError, LookupError, OSError) as exc:  # missing clip, parameter mismatch, bad media
+            return Ready(task, None, None, version, f"{type(exc).__name__}: {exc}")
+        compact = [{k: m[k] for k in CLIP_META_FIELDS if k in m} for m in metas] or None
+        return Ready(task, item, compact, version)
+
+    def score_and_save(
+        self, ready: Ready, response: RolloutResponse | None, prompt_tokens: int | None, latency_s: float | None,
+        judge_response: str | None, error: str | None,
+    ) -> ItemResult:  # fmt: skip
+        task = ready.task
+        if error is None and response is not None:
+            item = score_one(
+                task.adapter, task.sample, response.text, self.family, ready.clip_meta, judge_response
+            )
+        else:
+            item = ItemResult(
+                id=task.sample.id, accuracy=0.0, error=error, problem_type=task.sample.problem_type
+            )
+        clip = task.planned.params.canonical() if task.planned.params else None
+        record = ResultRecord(
+            benchmark=task.benchmark,
+            item=item,
+            manifest=result_manifest(self.run_manifest, clip, ready.prompt_version),
+            clip_meta=ready.clip_meta,
+            judge_response=judge_response,
+            finish_reason=response.finish_reason if response else None,
+            prompt_tokens=prompt_tokens,
+            response_tokens=len(response.token_ids) if response else None,
+            latency_s=latency_s,
+        )
+        if save_result(self.run_id, record):
+            self.written += 1
+        else:
+            log.warning("%s/%s already had a result; kept the stored one", task.benchmark, item.id)
+        return item
+
+    # --- engine ----------------------------------------------------------------------------------------
+
+    async def _judge(self, task: Task, text: str) -> str:
+        engine = self.judge_engine or self.engine
+        request = RolloutSample(
+            id=f"{task.benchmark}/{task.sample.id}#judge", prompt=task.adapter.judge_prompt(task.sample, text)
+        )
+        (item,) = await asyncio.to_thread(
+            prepare_inputs, [request], engine.checkpoint, engine.source, engine.config
+        )
+        _, response = await generate(engine, item, temperature=0.0, max_tokens=self.judge_max_tokens)
+        return response.text
+
+    async def _finish(self, ready: Ready, pool: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        response, prompt_tokens, latency, judge_response, error = None, None, None, None, ready.error
+        if error is None:
+            started = time.perf_counter()
+            try:
+                prompt_ids, response = await generate(self.engine, ready.engine_input)
+                prompt_tokens = len(prompt_ids)
+            except ValueError as exc:  # refused input (too long, placeholder mismatch): this sample only
+                error = f"generation failed: {exc}"
+            latency = time.perf_counter() - started
+        if error is None and response is not None and self.wants_judge(ready.task):
+            judge_response = await self._judge(ready.task, response.text)
+        item = await loop.run_in_executor(
+            pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error
+        )
+        self.on_result(ready.task.benchmark, item)
+
+    def wants_judge(self, task: Task) -> bool:
+        return self.judge_engine is not None and task.adapter.uses_judge(task.sample)
+
+    async def run(self, tasks: list[Task]) -> int:
+        """Run every task; returns how many results were written. An engine failure stops everything;
+        a sample that cannot be prepared or is refused by the engine is recorded with its error."""
+        queue: asyncio.Queue[Ready | None] = asyncio.Queue(maxsize=self.queue_size)
+        pending: Iterator[Task] = iter(tasks)
+        loop = asyncio.get_running_loop()
+
+        with ThreadPoolExecutor(self.io_threads, thread_name_prefix="eval-io") as pool:
+
+            async def load() -> None:
+                for task in pending:  # one shared iterator: loaders take the next task in order
+                    if self.stop():
+                        return
+                    await queue.put(await loop.run_in_executor(pool, self.prepare, task))
+
+            async def consume() -> None:
+                while (ready := await queue.get()) is not None:
+                    await self._finish(ready, pool)
+
+            async with asyncio.TaskGroup() as group:
+                consumers = [group.create_task(consume()) for _ in range(self.concurrency)]
+                async with asyncio.TaskGroup() as loaders:
+                    for _ in range(self.io_threads):
+                        loaders.create_task(load())
+                for _ in consumers:
+                    await queue.put(None)
+        return self.written
