@@ -120,6 +120,64 @@ def score_groups(
     )
 
 
+def step_advantages(
+    algo: Any,
+    groups: Sequence[RolloutGroup],
+    scored: Scored,
+    old: Sequence[torch.Tensor] | None,
+    ref: Sequence[torch.Tensor] | None,
+    kl_coef: float,
+    baseline: torch.Tensor | None = None,
+) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """Token-level advantages per response (in (sample, response) order) from the estimator named in
+    ``algo`` (an AlgorithmConfig): the outcome reward plus DAPO's overlong penalty when enabled, and,
+    with KL in the reward, the per-token penalty whose penalised return reaches every estimator."""
+    lengths = [len(r.token_ids) for g in groups for r in g.responses]
+    width = max(lengths)
+    mask = pad_rows([[1.0] * n for n in lengths], width)
+    scores = torch.tensor(scored.overall, dtype=torch.float32)
+    metrics: dict[str, float] = {}
+    overlong = algo.overlong_penalty
+    if overlong.enabled:
+        penalty = overlong_penalty(
+            torch.tensor(lengths, dtype=torch.float32), max_length=overlong.max_length,
+            buffer_length=overlong.buffer_length, factor=overlong.factor,
+        )  # fmt: skip
+        scores = scores + penalty
+        metrics["reward/overlong_penalty"] = float(penalty.mean())
+    token_rewards = outcome_token_rewards(scores, mask)
+    if ref is not None:
+        if old is None:
+            raise ValueError("KL to the reference needs the old log-probs")
+        old_t = pad_rows([o.tolist() for o in old], width)
+        ref_t = pad_rows([r.tolist() for r in ref], width)
+        kl_tokens = kl_penalty(old_t, ref_t, algo.kl.estimator) * mask
+        metrics["actor/kl_ref"] = float(kl_tokens.sum() / mask.sum().clamp(min=1))
+        if algo.kl.mode is KLMode.REWARD:
+            token_rewards, kl_metrics = apply_kl_reward_penalty(
+                token_rewards, old_t, ref_t, mask, coef=kl_coef, estimator=algo.kl.estimator
+            )
+            metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
+    group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.responses])
+    inputs: dict[str, Any] = {"group_ids": group_ids}
+    if baseline is not None:
+        inputs["baseline_scores"] = baseline
+    if algo.advantage_estimator.value == "gdpo":
+        inputs["reward_components"] = {
+            "accuracy": torch.tensor(scored.accuracy),
+            "format": torch.tensor(scored.format),
+        }
+    advantages = compute_advantages(
+        algo.advantage_estimator, scores=scores, token_rewards=token_rewards, response_mask=mask,
+        **inputs, **algo.advantage_params(),
+    )  # fmt: skip
+    metrics["actor/advantage_mean"] = float((advantages * mask).sum() / mask.sum().clamp(min=1))
+    metrics["actor/advantage_abs_mean"] = float((advantages.abs() * mask).sum() / mask.sum().clamp(min=1))
+    nonzero = [bool((advantages[group_ids == i].abs() > 1e-8).any()) for i in range(len(groups))]
+    metrics["actor/groups_with_signal"] = sum(nonzero) / max(len(nonzero), 1)
+    return [advantages[i, :n] for i, n in enumerate(lengths)], metrics
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -379,57 +437,14 @@ class Trainer:
         return score_groups(self.reward_client, step, samples, groups)
 
     def advantages(self, samples, groups, scored: Scored, old, ref) -> tuple[list[torch.Tensor], dict]:
-        """Token-level advantages per response (in (sample, response) order), from the estimator named
-        in the config; with KL in the reward, the penalised return reaches every estimator."""
         algo = self.config.algorithm
-        lengths = [len(r.token_ids) for g in groups for r in g.responses]
-        width = max(lengths)
-        mask = pad_rows([[1.0] * n for n in lengths], width)
-        scores = torch.tensor(scored.overall, dtype=torch.float32)
-        metrics: dict[str, float] = {}
-        overlong = algo.overlong_penalty
-        if overlong.enabled:
-            penalty = overlong_penalty(
-                torch.tensor(lengths, dtype=torch.float32), max_length=overlong.max_length, buffer_length=overlong.buffer_length,
-                factor=overlong.factor,
-            )  # fmt: skip
-            scores = scores + penalty
-            metrics["reward/overlong_penalty"] = float(penalty.mean())
-        token_rewards = outcome_token_rewards(scores, mask)
-        if ref is not None:
-            old_t = pad_rows([o.tolist() for o in old], width)
-            ref_t = pad_rows([r.tolist() for r in ref], width)
-            kl_tokens = kl_penalty(old_t, ref_t, algo.kl.estimator) * mask
-            metrics["actor/kl_ref"] = float(kl_tokens.sum() / mask.sum().clamp(min=1))
-            if algo.kl.mode is KLMode.REWARD:
-                token_rewards, kl_metrics = apply_kl_reward_penalty(
-                    token_rewards,
-                    old_t,
-                    ref_t,
-                    mask,
-                    coef=self.kl_controller.coef,
-                    estimator=algo.kl.estimator,
-                )
-                metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
+        baseline = self._greedy_baseline(samples) if algo.advantage_estimator.value == "remax" else None
+        advantages, metrics = step_advantages(
+            algo, groups, scored, old, ref, self.kl_controller.coef, baseline
+        )
+        if "actor/kl_ref" in metrics:
             self.kl_controller.update(metrics["actor/kl_ref"], len(samples))
-        group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.responses])
-        inputs: dict[str, Any] = {"group_ids": group_ids}
-        if algo.advantage_estimator.value == "remax":
-            inputs["baseline_scores"] = self._greedy_baseline(samples)
-        if algo.advantage_estimator.value == "gdpo":
-            inputs["reward_components"] = {
-                "accuracy": torch.tensor(scored.accuracy),
-                "format": torch.tensor(scored.format),
-            }
-        advantages = compute_advantages(
-            algo.advantage_estimator, scores=scores, token_rewards=token_rewards, response_mask=mask,
-            **inputs, **algo.advantage_params(),
-        )  # fmt: skip
-        metrics["actor/advantage_mean"] = float((advantages * mask).sum() / mask.sum().clamp(min=1))
-        metrics["actor/advantage_abs_mean"] = float((advantages.abs() * mask).sum() / mask.sum().clamp(min=1))
-        nonzero = [bool((advantages[group_ids == i].abs() > 1e-8).any()) for i in range(len(groups))]
-        metrics["actor/groups_with_signal"] = sum(nonzero) / max(len(nonzero), 1)
-        return [advantages[i, :n] for i, n in enumerate(lengths)], metrics
+        return advantages, metrics
 
     def _greedy_baseline(self, samples: Sequence[TrainSample]) -> torch.Tensor:
         """ReMax: the reward of one greedy response per prompt, repeated over its group."""
