@@ -38,10 +38,10 @@ class RewardConfig(ScoringOptions):
 
     url: str | None = Field(None, description="reward service base URL, e.g. http://reward:8100")
     math_timeout_s: float = Field(5.0, gt=0.0, le=120.0, description="limit for one math equivalence check")
-    # Below the HTTP client's http_timeout_s: a batch's slow checks end (scoring 0 with a note) before
-    # the client would give up on the whole batch.
-    math_deadline_s: float = Field(
-        60.0, gt=0.0, le=600.0, description="limit for all math checks of one batch; later ones score 0"
+    # None in-process: no caller waits with a timeout, and a deadline would zero correct answers of a big
+    # evaluation batch. The HTTP service sets its own (RewardServiceSettings.math_deadline_s).
+    math_deadline_s: float | None = Field(
+        None, gt=0.0, le=3600.0, description="limit for all math checks of one batch; later ones score 0"
     )
     math_workers: int = Field(
         default_factory=default_math_workers,

@@ -6,8 +6,9 @@ format   = 1   one <answer> block whose content the type can read
 accuracy = the type's score of what was read (0 when nothing was read)
 overall  = w_acc · accuracy + w_fmt · format
 
-A batch's math checks share one deadline (``math_deadline_s``) and run on a bounded pool of helper
-processes (``math_workers``), a few at a time, while every other item is scored inline.
+A batch's math checks run on a bounded pool of helper processes (``math_workers``), a few at a time,
+while every other item is scored inline; with ``math_deadline_s`` set (the HTTP service sets it) they
+also share one deadline.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class _Prepared:
 
 
 def _context(config: RewardConfig) -> ScoreContext:
-    return ScoreContext(config.math_timeout_s, deadline=time.monotonic() + config.math_deadline_s)
+    deadline = None if config.math_deadline_s is None else time.monotonic() + config.math_deadline_s
+    return ScoreContext(config.math_timeout_s, deadline=deadline)
 
 
 def _read(prepared: _Prepared, response: str, config: RewardConfig) -> RewardResult | tuple[Any, float]:
@@ -164,7 +166,7 @@ class _Overlap:
 def _score_all(
     items: Iterable[tuple[Any, Any]], config: RewardConfig, fail_alone: bool
 ) -> list[RewardResult]:
-    """One deadline for the batch's math checks (``math_deadline_s``), on a pool of ``math_workers``."""
+    """The batch's math checks on a pool of ``math_workers``, under one deadline if ``math_deadline_s``."""
     get_math_checker(config.math_workers)  # the pool's bound follows the config
     ctx = _context(config)
     prepared: dict[int, _Prepared | InvalidSample] = {}

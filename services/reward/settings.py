@@ -16,7 +16,11 @@ class RewardServiceSettings(BaseSettings):
     max_response_chars: int = Field(1_000_000, gt=0, description="characters per response; more → 413")
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="declared Content-Length; more → 413")
     math_timeout_s: float = Field(RewardConfig.model_fields["math_timeout_s"].default, gt=0, le=120.0)
-    math_deadline_s: float = Field(RewardConfig.model_fields["math_deadline_s"].default, gt=0, le=600.0)
+    # All the math checks of one request end by then (scoring 0 with a note), well before the client's
+    # http_timeout_s (120 s) would give up on the whole chunk.
+    math_deadline_s: float = Field(
+        60.0, gt=0, le=600.0, description="limit for the math checks of one request"
+    )
     # Scoring is CPU-bound Python: more threads than this per worker only fight over the GIL and make the
     # latency tail unfair; waiting requests queue in arrival order instead.
     score_threads: int = Field(4, ge=1, description="batches scored at once per uvicorn worker")

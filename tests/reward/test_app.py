@@ -180,3 +180,18 @@ def test_an_item_that_crashes_the_scorer_fails_alone(monkeypatch):
     assert (good["overall"], good["error"]) == (1.0, None)
     assert (crashed["overall"], crashed["problem_type"]) == (0.0, "code")
     assert crashed["error"].startswith("item 1: internal error") and "MemoryError" in crashed["error"]
+
+
+def test_the_service_applies_its_math_deadline_to_each_request():
+    # in-process scoring has no batch deadline; the service always has one (REELRL_REWARD_MATH_DEADLINE_S)
+    app = create_app(RewardServiceSettings(warm_math=False, math_deadline_s=1e-6))
+    sample = {"problem_type": "math", "answer": "z^2+4z+4"}
+    body = {"items": [{"sample": sample, "response": r"\boxed{(z+2)^2}"}, {"sample": MC, "response": "B"}]}
+    with TestClient(app) as fresh:
+        math_item, choice = fresh.post("/v1/score", json=body).json()["results"]
+    assert math_item["accuracy"] == 0.0
+    assert (
+        math_item["note"]
+        == "math equivalence check timed out (the request deadline passed before this check started)"
+    )
+    assert choice["accuracy"] == 1.0
