@@ -1,0 +1,321 @@
+"""The actor ranks as Ray actors: ``actor.world_size`` :class:`ActorWorker` processes, each one FSDP2 rank
+(gloo on CPU, NCCL on GPU) holding a :class:`~services.trainer.group.LocalActorGroup`, placed by a
+placement group (one bundle per rank, PACK).
+
+:class:`RayActorGroup` offers the loop the methods of ``LocalActorGroup`` over ALL sequences of a step:
+each rank holds a contiguous share (:func:`~services.trainer.sequences.shard`), so log-probs come back
+per rank and are concatenated in order, and targets are split the same way. Only rollout samples
+(frame-store keys) and token ids go to the ranks; each opens the frame store itself and loads its own
+share's frames. The full weights for a push come from rank 0 through Ray's object store.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.rollout.config import RolloutConfig
+from services.rollout.samples import RolloutGroup, RolloutSample
+from services.rollout.sources import RealtimeSource
+from services.trainer.config import TrainConfig
+from services.trainer.sequences import as_dicts, shard
+from services.trainer.update import SequenceTargets, combine_rank_metrics
+
+log = logging.getLogger(__name__)
+
+CPUS_PER_RANK = 0.5  # two ranks fit a 2-CPU local Ray; the ranks' threads are trainer.torch_threads
+PLACEMENT_TIMEOUT_S = 300.0
+SHUTDOWN_TIMEOUT_S = 30.0
+# Ray puts its sockets under its temp folder, and a socket path may hold at most 107 characters: a
+# run's output folder is used only when it is short enough, otherwise a private folder in /tmp.
+RAY_TEMP_MAX_CHARS = 40
+
+
+class ActorWorker:
+    """One rank, inside its own Ray actor process. Built empty; :meth:`setup` joins the process group
+    and loads the model (all ranks at once, they rendezvous)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.group: Any = None
+
+    def address(self) -> tuple[str, int]:
+        """This node's address and a port free on it: the rendezvous, when this is rank 0."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(
+        self,
+        master_addr: str,
+        master_port: int,
+        config: dict[str, Any],
+        model_path: str,
+        frame_root: str,
+        rollout: dict[str, Any],
+        realtime: RealtimeSource | None,
+    ) -> dict[str, Any]:
+        import ray
+        import torch.distributed as dist
+
+        from services.common.frames import FrameStore
+        from services.trainer.group import LocalActorGroup
+
+        cfg = TrainConfig.model_validate(config)
+        if cfg.trainer.torch_threads:
+            torch.set_num_threads(cfg.trainer.torch_threads)
+        torch.manual_seed(cfg.trainer.seed)
+        cuda = torch.cuda.is_available() and bool(ray.get_gpu_ids())
+        if cuda:
+            torch.cuda.set_device(0)  # Ray shows each rank only its own GPU
+        if self.world_size > 1:
+            os.environ.update(
+                MASTER_ADDR=master_addr,
+                MASTER_PORT=str(master_port),
+                RANK=str(self.rank),
+                WORLD_SIZE=str(self.world_size),
+            )
+            dist.init_process_group("nccl" if cuda else "gloo", rank=self.rank, world_size=self.world_size)
+        source = realtime if realtime is not None else FrameStore(frame_root)
+        self.group = LocalActorGroup(cfg, model_path, source, RolloutConfig.model_validate(rollout))
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "node": ray.util.get_node_ip_address(),
+            "device": str(self.group.actor.device),
+        }
+
+    def load_batch(self, samples: list[dict[str, Any]], groups: list[dict[str, Any]]) -> int:
+        return self.group.load_batch(
+            [RolloutSample.model_validate(s) for s in samples],
+            [RolloutGroup.model_validate(g) for g in groups],
+        )
+
+    def log_probs(self, temperature: float, reference: bool) -> list[torch.Tensor]:
+        return self.group.log_probs(temperature=temperature, reference=reference)
+
+    def update(self, targets: list[SequenceTargets], kwargs: dict[str, Any]) -> dict[str, float]:
+        return self.group.update(targets, **kwargs)
+
+    def scheduler_step(self) -> float:
+        return self.group.scheduler_step()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Rank 0: every tensor, on the CPU (the driver may have no GPU); other ranks: {}."""
+        return {k: v.cpu() for k, v in self.group.state_dict().items()}
+
+    def warm_start(self, samples: list[dict[str, Any]], kwargs: dict[str, Any]) -> None:
+        self.group.warm_start([RolloutSample.model_validate(s) for s in samples], **kwargs)
+
+    def save(self, folder: str) -> None:
+        self.group.save(Path(folder))
+
+    def load_optimizer(self, folder: str) -> None:
+        self.group.load_optimizer(Path(folder))
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if self.group is not None:
+            self.group.shutdown()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RayActorGroup:
+    """``actor.world_size`` ranks on Ray, driven like a :class:`~services.trainer.group.LocalActorGroup`.
+
+    Ray: an already initialised Ray in this process is used as it is; otherwise ``trainer.ray_address``
+    or ``RAY_ADDRESS`` is joined, else a local Ray is started (and stopped by :meth:`shutdown`).
+    Each rank asks for ``cpus_per_rank`` CPUs and ``gpus_per_rank`` GPUs (None: one GPU when the cluster
+    has GPUs, none otherwise). ``realtime``: the run's realtime source (``data.source_mode:
+    realtime_only``); it holds video paths and parameters only, and each rank decodes its own clips.
+    ``save`` and ``load_optimizer`` folders must be reachable by every rank (a shared filesystem on a
+    cluster).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model_path: str,
+        frame_root: str | Path,
+        rollout: RolloutConfig,
+        *,
+        realtime: RealtimeSource | None = None,
+        cpus_per_rank: float = CPUS_PER_RANK,
+        gpus_per_rank: float | None = None,
+    ) -> None:
+        self.config = config
+        self.world_size = config.actor.world_size
+        self.workers: list[Any] = []
+        self.placement_group: Any = None
+        self.counts: list[int] = []
+        self._owns_ray = False
+        self._temp_dir: Path | None = None
+        try:
+            self._connect(cpus_per_rank)
+            self._start(cpus_per_rank, gpus_per_rank)
+            addr, port = self._gather([self.workers[0].address.remote()], "address")[0]
+            self.info = self._call(
+                "setup", addr, port, config.model_dump(mode="json"), str(model_path), str(frame_root),
+                rollout.model_dump(mode="json"), realtime,
+            )  # fmt: skip
+        except BaseException:
+            self.shutdown()
+            raise
+        log.info("actor ranks on Ray: %s", self.info)
+
+    # -- Ray ----------------------------------------------------------------------------------------
+
+    def _connect(self, cpus_per_rank: float) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        address = self.config.trainer.ray_address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address)
+        else:
+            self._temp_dir = _ray_temp_dir(Path(self.config.trainer.output_dir))
+            cpus = max(os.cpu_count() or 1, math.ceil(self.world_size * cpus_per_rank))
+            ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(self._temp_dir))
+        self._owns_ray = True
+
+    def _start(self, cpus_per_rank: float, gpus_per_rank: float | None) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if gpus_per_rank is None:
+            gpus_per_rank = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        bundle = {"CPU": cpus_per_rank, **({"GPU": gpus_per_rank} if gpus_per_rank else {})}
+        self.placement_group = placement_group([dict(bundle)] * self.world_size, strategy="PACK")
+        try:
+            ray.get(self.placement_group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(
+                f"Ray could not place actor.world_size={self.world_size} ranks of {bundle} each within "
+                f"{PLACEMENT_TIMEOUT_S:.0f} s; available: {ray.available_resources()}"
+            ) from None
+        remote = ray.remote(ActorWorker)
+        self.workers = [
+            remote.options(
+                num_cpus=cpus_per_rank,
+                num_gpus=gpus_per_rank,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=rank
+                ),
+            ).remote(rank, self.world_size)
+            for rank in range(self.world_size)
+        ]
+
+    def _gather(self, refs: Sequence[Any], what: str) -> list[Any]:
+        """Every rank's result; the first failure is raised as soon as it happens (its rank named),
+        since the other ranks may be waiting for it in a collective."""
+        import ray
+
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except ray.exceptions.RayError as exc:
+                exc.add_note(f"actor rank {list(refs).index(done[0])} of {self.world_size} failed in {what}")
+                raise
+        return ray.get(list(refs))
+
+    def _call(self, method: str, *args: Any) -> list[Any]:
+        """``method(*args)`` on every rank (large arguments are put in the object store once)."""
+        import ray
+
+        args = tuple(ray.put(a) if isinstance(a, list | dict) else a for a in args)
+        return self._gather([getattr(w, method).remote(*args) for w in self.workers], method)
+
+    # -- the group interface ---------------------------------------------------------------------------
+
+    def load_batch(self, samples: Sequence[RolloutSample], groups: Sequence[RolloutGroup]) -> int:
+        """Hand every rank the step's samples and groups; each builds its share. Returns the total."""
+        if len(samples) != len(groups):
+            raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
+        self.counts = self._call("load_batch", as_dicts(samples), as_dicts(groups))
+        return sum(self.counts)
+
+    def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
+        """Per-sequence log-probs of the whole step, in order."""
+        return [lp for part in self._call("log_probs", temperature, reference) for lp in part]
+
+    def update(self, targets: Sequence[SequenceTargets], **kwargs: Any) -> dict[str, float]:
+        total = sum(self.counts)
+        if len(targets) != total:
+            raise ValueError(f"{len(targets)} targets for the {total} sequences of the step")
+        refs = [
+            w.update.remote([targets[i] for i in shard(total, rank, self.world_size)], kwargs)
+            for rank, w in enumerate(self.workers)
+        ]
+        return combine_rank_metrics(self._gather(refs, "update"))
+
+    def scheduler_step(self) -> float:
+        return self._call("scheduler_step")[0]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The full weights (gathered on rank 0, on the CPU) for a push or a save."""
+        return self._call("state_dict")[0]
+
+    def warm_start(
+        self, samples: Sequence[RolloutSample], *, steps: int, lr: float, batch_size: int, seed: int
+    ) -> None:
+        kwargs = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed}
+        self._call("warm_start", as_dicts(samples), kwargs)
+
+    def save(self, folder: Path) -> None:
+        self._call("save", str(folder))
+
+    def load_optimizer(self, folder: Path) -> None:
+        self._call("load_optimizer", str(folder))
+
+    def shutdown(self) -> None:
+        """Stop every rank (politely, then by force), free the placement group and, when this group
+        started or joined Ray, disconnect (a local Ray stops). Safe to call twice."""
+        import ray
+
+        workers, self.workers = self.workers, []
+        if workers:
+            _, stuck = ray.wait(
+                [w.shutdown.remote() for w in workers], num_returns=len(workers), timeout=SHUTDOWN_TIMEOUT_S
+            )
+            if stuck:
+                log.warning("%d actor rank(s) did not shut down in time: killed", len(stuck))
+            for w in workers:
+                ray.kill(w)
+        if self.placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.placement_group)
+            self.placement_group = None
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False
+        if self._temp_dir is not None and self._temp_dir.parent == Path("/tmp"):
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+        self._temp_dir = None
+
+
+def _ray_temp_dir(output_dir: Path) -> Path:
+    """``OUTPUT_DIR/ray`` when short enough for Ray's socket paths, else a private folder in /tmp."""
+    candidate = output_dir.resolve() / "ray"
+    if len(str(candidate)) <= RAY_TEMP_MAX_CHARS:
+        candidate.mkdir(parents=True, exist_ok=True)
+        return candidate
+    return Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))

@@ -1,0 +1,125 @@
+"""FSDP2: two ranks (spawned processes, gloo) make the same update as one rank on the same global batch,
+also when they hold different numbers of micro-batches (the short rank runs dummy forwards that change
+nothing instead of leaving the other waiting), and the first update of a step is on-policy (ratio 1)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from services.trainer.sequences import covering, shard
+from tests.trainer.actor_steps import build_world, free_port, fsdp_rank, make_groups, run_step, train_config
+
+TOLERANCE = 1e-5
+RANKS_TIMEOUT_S = 300.0
+
+
+def test_covering_finds_the_groups_of_a_share() -> None:
+    # groups of 2, 2, 2 sequences: 0 1 | 2 3 | 4 5
+    assert covering([2, 2, 2], range(0, 3)) == ([0, 1], 0)
+    assert covering([2, 2, 2], range(3, 6)) == ([1, 2], 1)  # starts at group 1's second
+    assert covering([2, 2, 2], range(2, 4)) == ([1], 0)
+    assert covering([3, 1, 4], range(3, 5)) == ([1, 2], 0)
+    assert covering([3, 1, 4], range(4, 4)) == ([], 0)
+    # the shares of shard() cover every sequence once
+    counts = [3, 1, 4]
+    for world in (1, 2, 3):
+        seen = []
+        for rank in range(world):
+            share = shard(sum(counts), rank, world)
+            picked, offset = covering(counts, share)
+            flat = [(g, j) for g in picked for j in range(counts[g])]
+            seen += flat[offset : offset + len(share)]
+        assert seen == [(g, j) for g in range(3) for j in range(counts[g])]
+
+
+@dataclass
+class Steps:
+    single: dict[str, dict[str, Any]]  # case → run_step result of the one rank
+    ranks: dict[str, list[dict[str, Any]]]  # case → run_step result per FSDP rank
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory: pytest.TempPathFactory) -> Steps:
+    root = tmp_path_factory.mktemp("fsdp")
+    world = build_world(root, samples=3)
+    rollout = train_config(world).effective_rollout()
+    even = make_groups(world, rollout, [[5, 9], [7, 3]])
+    uneven = make_groups(world, rollout, [[2, 12], [6, 6], [6, 6]])
+    prompt = len(uneven[0].prompt_token_ids)  # every sample's prompt has this length
+    # Shares: rank 0 (P+2, P+12, P+6), rank 1 (P+6) x 3. With room for 3 x (P+6) tokens, rank 1 packs
+    # one micro-batch and rank 0 two (its third sequence would pad to 3 x (P+12)).
+    budget = 3 * (prompt + 6) + 1
+    cases = {
+        "even": (train_config(world), even),
+        "uneven": (train_config(world, micro_batch_tokens=budget), uneven),
+    }
+    single = {name: run_step(world, config, groups) for name, (config, groups) in cases.items()}
+    out = root / "ranks"
+    out.mkdir()
+    context = torch.multiprocessing.start_processes(
+        fsdp_rank, args=(2, free_port(), world, cases, out), nprocs=2, join=False, start_method="spawn"
+    )
+    try:
+        deadline = time.monotonic() + RANKS_TIMEOUT_S
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the FSDP ranks did not finish within {RANKS_TIMEOUT_S:.0f} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+    ranks = {name: [torch.load(out / f"{name}-rank{r}.pt") for r in range(2)] for name in cases}
+    return Steps(single=single, ranks=ranks)
+
+
+def largest_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["even", "uneven"])
+def test_two_ranks_update_like_one(steps: Steps, case: str) -> None:
+    one, (rank0, rank1) = steps.single[case], steps.ranks[case]
+    assert rank1["final"] == {}  # the full weights are gathered on rank 0 only
+    assert largest_gap(one["final"], one["initial"]) > 100 * TOLERANCE  # the step moved the weights
+    assert largest_gap(rank0["final"], one["final"]) <= TOLERANCE
+    # the old log-probs of the step, rank 0's share then rank 1's
+    old = rank0["old"] + rank1["old"]
+    assert [t.shape for t in old] == [t.shape for t in one["old"]]
+    assert max(float((a - b).abs().max()) for a, b in zip(old, one["old"], strict=True)) <= TOLERANCE
+    # the same gradient: the global norm (before clipping) and the loss, whose shares add up over ranks
+    grad_norm = one["metrics"]["grad_norm"]
+    assert rank0["metrics"]["grad_norm"] == pytest.approx(grad_norm, rel=TOLERANCE)
+    assert rank1["metrics"]["grad_norm"] == pytest.approx(grad_norm, rel=TOLERANCE)
+    pg_loss = rank0["metrics"]["pg_loss"] + rank1["metrics"]["pg_loss"]
+    assert pg_loss == pytest.approx(one["metrics"]["pg_loss"], abs=TOLERANCE)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_uneven_ranks_run_equally_many_forwards(steps: Steps) -> None:
+    rank0, rank1 = steps.ranks["uneven"]
+    assert (rank0["micro_batches"], rank1["micro_batches"]) == (2, 1)
+    # rank 1 ran one dummy forward (and backward) so that rank 0's second one could gather parameters;
+    # the equal weights above show it changed nothing
+    assert (rank0["forwards"], rank1["forwards"]) == (2, 2)
+    assert steps.single["uneven"]["micro_batches"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["even", "uneven"])
+def test_first_update_is_on_policy(steps: Steps, case: str) -> None:
+    """Old log-probs from their own no-grad pass; the update's forward must reproduce them: ratio 1."""
+    for metrics in [steps.single[case]["metrics"]] + [r["metrics"] for r in steps.ranks[case]]:
+        assert metrics["ppo_kl"] == pytest.approx(0.0, abs=1e-7)
+        assert metrics["clipfrac_higher"] == 0.0
+        assert metrics["clipfrac_lower"] == 0.0

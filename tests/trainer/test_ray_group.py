@@ -1,0 +1,153 @@
+"""The actor ranks as Ray actors (a local Ray of 2 CPUs, 2 FSDP ranks): one step and a checkpoint round
+trip through :class:`RayActorGroup` match the single-process group, the pushed weights carry the names
+the rollout engine accepts, a rank's failure names the rank, and shutdown leaves no process behind."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from services.rollout.checkpoint import Checkpoint
+from services.trainer.group import LocalActorGroup
+from services.trainer.update import SequenceTargets, combine_rank_metrics
+from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
+
+TOLERANCE = 1e-5
+
+
+def test_rank_metrics_combine() -> None:
+    ranks = [
+        {"pg_loss": 0.25, "entropy": 1.0, "grad_norm": 2.0, "rollout_logprob_diff_max": 0.1},
+        {"pg_loss": -0.5, "entropy": 3.0, "grad_norm": 2.0, "rollout_logprob_diff_max": 0.3},
+    ]
+    # loss shares add up to the global loss; means average; the largest gap is the larger one
+    assert combine_rank_metrics(ranks) == {
+        "pg_loss": -0.25,
+        "entropy": 2.0,
+        "grad_norm": 2.0,
+        "rollout_logprob_diff_max": 0.3,
+    }
+
+
+def gap(a: list[torch.Tensor] | dict[str, torch.Tensor], b: list[torch.Tensor] | dict) -> float:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        a, b = list(a.values()), [b[k] for k in a]
+    assert [t.shape for t in a] == [t.shape for t in b]
+    return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_ray_group_matches_one_process(tmp_path: Path) -> None:
+    import ray
+
+    from services.trainer.ray_group import RayActorGroup
+
+    world = build_world(tmp_path, samples=3)
+    # warmup 4 steps: the lr moves with every scheduler step, so a restored schedule shows
+    config = train_config(world, world_size=2, optim={"lr": 0.1, "eps": 1.0, "weight_decay": 0.0,
+                                                     "grad_clip": None, "warmup_steps": 4})  # fmt: skip
+    rollout = config.effective_rollout()
+    samples = list(world.samples)
+    # 6 sequences, 3 per rank: group 1 is split between the ranks
+    groups = make_groups(world, rollout, [[5, 9], [7, 3], [6, 4]])
+    adv = advantages(groups)
+
+    single = config.model_copy(update={"actor": config.actor.model_copy(update={"world_size": 1})})
+    local = LocalActorGroup(single, str(world.model), world.store, rollout)
+    local.load_batch(samples, groups)
+    initial = {k: v.clone() for k, v in local.state_dict().items()}
+    old = local.log_probs(temperature=1.0)
+    first = local.update([SequenceTargets(a, o) for a, o in zip(adv, old, strict=True)], **UPDATE)
+    after_first = {k: v.clone() for k, v in local.state_dict().items()}
+    local.scheduler_step()
+    old2 = local.log_probs(temperature=1.0)
+    second = local.update([SequenceTargets(a, o) for a, o in zip(adv, old2, strict=True)], **UPDATE)
+    after_second = {k: v.clone() for k, v in local.state_dict().items()}
+    local.warm_start(samples, steps=1, lr=0.01, batch_size=3, seed=0)
+    after_warm = local.state_dict()
+
+    group = RayActorGroup(config, str(world.model), world.frames, rollout)
+    try:
+        assert ray.is_initialized()
+        pids = [info["pid"] for info in group.info]
+        assert [info["rank"] for info in group.info] == [0, 1]
+        assert len(set(pids)) == 2 and all(alive(p) for p in pids)
+        temp = group._temp_dir
+        assert temp is not None and temp.is_dir()
+
+        # a rank's failure arrives at once, with its type and the rank named
+        wrong = [
+            groups[0].model_copy(update={"prompt_token_ids": groups[0].prompt_token_ids[1:]}),
+            *groups[1:],
+        ]
+        with pytest.raises(ValueError, match="differs from the rollout's") as failure:
+            group.load_batch(samples, wrong)
+        assert any("actor rank 0 of 2 failed in load_batch" in n for n in failure.value.__notes__)
+
+        assert group.load_batch(samples, groups) == 6
+        pushed = group.state_dict()
+        assert gap(pushed, initial) == 0.0
+        # the rollout engine's push check accepts exactly these names
+        Checkpoint.load(world.model).parameter_names.check(pushed, "push")
+
+        ray_old = group.log_probs(temperature=1.0)
+        assert gap(ray_old, old) <= TOLERANCE
+        metrics = group.update([SequenceTargets(a, o) for a, o in zip(adv, ray_old, strict=True)], **UPDATE)
+        assert metrics["grad_norm"] == pytest.approx(first["grad_norm"], rel=TOLERANCE)
+        assert metrics["pg_loss"] == pytest.approx(first["pg_loss"], abs=TOLERANCE)
+        assert metrics["ppo_kl"] == pytest.approx(0.0, abs=1e-7)
+        assert gap(group.state_dict(), after_first) <= TOLERANCE
+        # the reference model stays at the initial weights while the actor has moved on
+        assert gap(group.log_probs(temperature=1.0, reference=True), old) <= TOLERANCE
+        assert group.scheduler_step() == pytest.approx(0.025)  # (0 + 1) / 4 of the lr
+
+        folder = tmp_path / "checkpoint"
+        folder.mkdir()
+        group.save(folder)
+        assert sorted(p.name for p in folder.iterdir()) == ["model", "optim_rank0.pt", "optim_rank1.pt"]
+        saved = Checkpoint.load(folder / "model")  # an HF checkpoint the engine can load
+        saved.parameter_names.check(pushed, "push")
+        assert group.scheduler_step() == pytest.approx(0.05)  # the schedule moves on (0.075 now) ...
+        group.load_optimizer(folder)  # ... and back to where it was saved (0.05)
+
+        ray_old2 = group.log_probs(temperature=1.0)
+        assert gap(ray_old2, old2) <= TOLERANCE
+        assert gap(ray_old2, old) > 100 * TOLERANCE
+        second_ray = group.update(
+            [SequenceTargets(a, o) for a, o in zip(adv, ray_old2, strict=True)], **UPDATE
+        )
+        assert group.scheduler_step() == pytest.approx(0.05)  # the lr the second update used
+        # the restored AdamW moments carry on exactly as the uninterrupted single-process run's
+        assert second_ray["grad_norm"] == pytest.approx(second["grad_norm"], rel=TOLERANCE)
+        assert gap(group.state_dict(), after_second) <= TOLERANCE
+
+        group.warm_start(samples, steps=1, lr=0.01, batch_size=3, seed=0)
+        warm = group.state_dict()
+        # The warm start's own AdamW (eps 1e-8) moves each weight by about lr·sign(g): a handful of
+        # weights whose gradient is zero up to rounding move by rounding-dependent amounts (≤ lr)
+        gaps = torch.cat([(warm[k] - after_warm[k]).abs().flatten() for k in warm])
+        assert float(gaps.max()) <= 0.01
+        assert float((gaps > TOLERANCE).float().mean()) < 1e-4
+    finally:
+        group.shutdown()
+        local.shutdown()
+    assert not ray.is_initialized()  # the group started this local Ray, so it stopped it
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in pids if alive(p)], "actor rank processes outlived shutdown"
+    assert not temp.exists()
+    group.shutdown()  # twice is harmless
