@@ -140,7 +140,8 @@ class TrainerConfig(_Section):
     )
     torch_threads: int | None = Field(None, gt=0, description="intra-op threads of each actor process")
     ray_address: str | None = Field(None, description="null: RAY_ADDRESS or a local Ray")
-    use_ray: bool = Field(False, description="run the actor ranks and the rollout engine as Ray actors")
+    use_ray: bool = Field(False, description="run the actor ranks as Ray actors (placement group, FSDP)")
+    ray_cpus_per_rank: float = Field(0.5, gt=0, description="CPUs Ray reserves for each actor rank")
 
 
 class TrainConfig(_Section):

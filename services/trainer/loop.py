@@ -205,13 +205,16 @@ class Trainer:
         self._setup_data(model_path)
         self._setup_models(model_path)
         self._setup_rollout(model_path)
+        from services.common.observability import serve_trainer_metrics
+
+        prometheus = serve_trainer_metrics()  # on REELRL_METRICS_PORT, when set
         self.logger = MetricsLogger(
             self.output_dir,
             name=cfg.trainer.experiment_name,
             config=cfg.model_dump(mode="json"),
             loggers=cfg.trainer.loggers,
             job_id=self.job_id,
-            hooks=self.hooks.on_step,
+            hooks=[*self.hooks.on_step, *([prometheus.observe_step] if prometheus else [])],
         )
         self.start_step = 0
         if self.resume_from is not None:
@@ -265,7 +268,10 @@ class Trainer:
         if cfg.trainer.use_ray:
             from services.trainer.ray_group import RayActorGroup
 
-            self.group = RayActorGroup(cfg, model_path, self.store.root, cfg.effective_rollout())
+            self.group = RayActorGroup(
+                cfg, model_path, self.store.root, cfg.effective_rollout(), realtime=self.realtime,
+                cpus_per_rank=cfg.trainer.ray_cpus_per_rank,
+            )  # fmt: skip
         else:
             self.group = LocalActorGroup(cfg, model_path, source, cfg.effective_rollout())
         self.kl_controller = make_kl_controller(cfg.algorithm.kl)

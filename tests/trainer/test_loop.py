@@ -139,3 +139,24 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
     # Train/infer consistency in the loop itself: the actor scores the sampled tokens as vLLM did.
     for m in metrics[1:]:
         assert m["actor/rollout_logprob_diff_max"] < 1e-4, m
+
+
+def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_path: Path) -> None:
+    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, vLLM in the driver."""
+    out = tmp_path / "ray-run"
+    args = overrides(
+        assets, out,
+        **{"trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.use_ray": "true", "actor.world_size": 2},
+    )  # fmt: skip
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+    proc = subprocess.run(
+        _train_cmd(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows[1:]:
+        # the ranks' shares were scored as vLLM sampled them, and both updated the same weights
+        assert r["actor/rollout_logprob_diff_max"] < 1e-4
+        assert r["actor/grad_norm"] > 0
+    assert (out / "checkpoints" / "step_000002" / "optim_rank1.pt").exists()
