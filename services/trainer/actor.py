@@ -121,7 +121,10 @@ class PolicyModel:
     def micro_batches(
         self, sequences: Sequence[TokenSequence], positions: Sequence[torch.Tensor | None]
     ) -> list[MicroBatch]:
-        groups = pack([s.length for s in sequences], self.config.micro_batch_tokens)
+        groups = pack(
+            [(len(s.prompt.input_ids), len(s.response_ids)) for s in sequences],
+            self.config.micro_batch_tokens,
+        )
         tokenizer_types = self.processor.create_mm_token_type_ids
         return [
             collate(sequences, g, pad_id=self.pad_id, positions=positions, mm_token_types=tokenizer_types)

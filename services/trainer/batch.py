@@ -65,22 +65,24 @@ class MicroBatch:
     dummy: bool = False
 
 
-def pack(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Consecutive groups of indices whose padded size (count × longest) stays within the budget;
-    a single sequence longer than the budget forms a group of its own.
+def pack(shapes: Sequence[tuple[int, int]], token_budget: int) -> list[list[int]]:
+    """Consecutive groups of indices whose collated size stays within the budget. ``shapes[i]`` is
+    (prompt length, response length); a group collates to count × (longest prompt + longest
+    response), the layout :func:`collate` builds. A sequence larger than the budget is a group alone.
 
-    Example: lengths [3, 3, 5, 2], budget 9 → [[0, 1], [2], [3]] (3 × 5 = 15 and 2 × 5 = 10 exceed 9).
+    Example: shapes [(3, 0), (3, 0), (5, 0), (2, 0)], budget 9 → [[0, 1], [2], [3]] (3 × 5 = 15 and
+    2 × 5 = 10 exceed 9); [(100, 10), (10, 100)], budget 230 → [[0], [1]] (2 × (100 + 100) = 400).
     """
     groups: list[list[int]] = []
     current: list[int] = []
-    longest = 0
-    for i, length in enumerate(lengths):
-        widest = max(longest, length)
-        if current and widest * (len(current) + 1) > token_budget:
+    prompt = response = 0
+    for i, (p, r) in enumerate(shapes):
+        wide_p, wide_r = max(prompt, p), max(response, r)
+        if current and (wide_p + wide_r) * (len(current) + 1) > token_budget:
             groups.append(current)
-            current, widest = [], length
+            current, wide_p, wide_r = [], p, r
         current.append(i)
-        longest = widest
+        prompt, response = wide_p, wide_r
     if current:
         groups.append(current)
     return groups

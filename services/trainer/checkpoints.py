@@ -5,10 +5,8 @@ transformers and vLLM), ``optim_rank{r}.pt`` (optimizer and scheduler state of e
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import pickle
 import random
 import re
 import shutil
@@ -39,10 +37,41 @@ def complete_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+class ResumeMismatch(ValueError):
+    """A checkpoint that cannot continue this run (other data, batch size, ranks, or another run)."""
+
+
+class OutputDirBusy(RuntimeError):
+    """Another run holds the output folder."""
+
+
+def lock_output_dir(output_dir: Path) -> Any:
+    """An exclusive lock on ``output_dir`` for the life of the returned file: two runs writing one folder
+    would prune each other's checkpoints and truncate each other's metrics."""
+    import fcntl
+
+    handle = open(Path(output_dir) / ".lock", "a")  # noqa: SIM115 - held open for the whole run
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise OutputDirBusy(
+            f"another training run is using {output_dir}; choose another trainer.output_dir"
+        ) from None
+    return handle
+
+
 def resolve_resume(output_dir: Path, resume: str) -> Path | None:
-    """``auto``: the newest complete checkpoint of this run (None if there is none); ``none``: None;
-    else the given folder, which must be a complete checkpoint."""
+    """``auto``: the newest complete checkpoint of this run (None if there is none); ``none``: start
+    over, refused when the folder holds checkpoints (they would be mixed with the new run's); else the
+    given folder, which must be a complete checkpoint."""
     if resume == "none":
+        found = complete_checkpoints(output_dir)
+        if found:
+            raise ResumeMismatch(
+                f"trainer.resume=none but {output_dir} holds checkpoints (newest: step {found[-1][0]}) of "
+                "another run; use another trainer.output_dir, remove them, or resume=auto"
+            )
         return None
     if resume == "auto":
         found = complete_checkpoints(output_dir)
@@ -53,17 +82,24 @@ def resolve_resume(output_dir: Path, resume: str) -> Path | None:
     return path
 
 
-def rng_state() -> dict[str, str]:
-    """Python, numpy and torch generator states, as text for ``state.json``."""
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    return {k: base64.b64encode(pickle.dumps(v)).decode() for k, v in states.items()}
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch generator states as plain JSON (no pickle: a checkpoint folder must not be
+    able to run code when it is resumed)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state().tolist(),
+    }
 
 
-def set_rng_state(states: dict[str, str]) -> None:
-    loaded = {k: pickle.loads(base64.b64decode(v)) for k, v in states.items()}
-    random.setstate(loaded["python"])
-    np.random.set_state(loaded["numpy"])
-    torch.set_rng_state(loaded["torch"])
+def set_rng_state(states: dict[str, Any]) -> None:
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(states["torch"], dtype=torch.uint8))
 
 
 def write_state(folder: Path, state: dict[str, Any]) -> None:
@@ -87,19 +123,44 @@ def save_torch(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def load_torch(path: Path) -> Any:
+    """Tensors and plain containers only (``weights_only``): never code from a checkpoint."""
+    return torch.load(path, weights_only=True)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file below ``folder`` and the folders themselves (before the completion marker)."""
+    for path in sorted(Path(folder).rglob("*"), reverse=True):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def read_state(folder: Path) -> dict[str, Any]:
     return json.loads((Path(folder) / STATE_FILE).read_text())
 
 
-def prune(output_dir: Path, keep: int) -> None:
-    """Remove all but the newest ``keep`` complete checkpoints, and incomplete leftovers older than them."""
-    found = complete_checkpoints(output_dir)
+def prune(output_dir: Path, keep: int, current: int) -> None:
+    """Keep the newest ``keep`` complete checkpoints up to step ``current`` (the one just written);
+    remove older ones and any incomplete leftover (a ``.step_N.tmp`` or a folder without its marker)."""
+    found = [(step, folder) for step, folder in complete_checkpoints(output_dir) if step <= current]
     for _, folder in found[:-keep]:
         shutil.rmtree(folder, ignore_errors=True)
-    if found:
-        newest = found[-1][0]
-        root = Path(output_dir) / "checkpoints"
-        for child in root.iterdir():
-            match = _STEP.match(child.name)
-            if match and int(match.group(1)) < newest and not (child / STATE_FILE).is_file():
-                shutil.rmtree(child, ignore_errors=True)
+    root = Path(output_dir) / "checkpoints"
+    for child in root.iterdir() if root.is_dir() else ():
+        match = _STEP.match(child.name.lstrip(".").removesuffix(".tmp"))
+        if match and int(match.group(1)) < current and not (child / STATE_FILE).is_file():
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def discard_after(output_dir: Path, step: int) -> list[int]:
+    """Remove complete checkpoints newer than ``step`` (resuming from an older one branches the run:
+    the newer ones belong to a history that is being replaced). Returns the steps removed."""
+    removed = []
+    for s, folder in complete_checkpoints(output_dir):
+        if s > step:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(s)
+    return removed

@@ -34,7 +34,7 @@ class DataConfig(_Section):
     seed: int = 0
     prompt_variant: Literal["instruct", "thinking"] = "instruct"
     system_prompt: str | None = None
-    max_prompt_tokens: int = Field(4096, gt=0, description="longer prompts (text + vision) are dropped")
+    max_prompt_tokens: int = Field(3584, gt=0, description="longer prompts (text + vision) are dropped")
     # Frame-store modes: prefer_cached decodes missing clips first (worker pool or inline); cached_only
     # fails at start naming the samples whose clips are missing; realtime_only decodes every step.
     source_mode: Literal["prefer_cached", "cached_only", "realtime_only"] = "prefer_cached"
@@ -169,6 +169,19 @@ class TrainConfig(_Section):
             )
         if self.warmup.steps and not self.warmup.files:
             problems.append("warmup.steps > 0 needs warmup.files (samples with offline_output)")
+        if self.warmup.steps and self.warmup.batch_size < self.actor.world_size:
+            problems.append(
+                f"warmup.batch_size={self.warmup.batch_size} gives some of the actor.world_size="
+                f"{self.actor.world_size} ranks nothing to learn from; raise it"
+            )
+        room = self.rollout.engine.max_model_len - self.rollout.max_tokens
+        if self.data.max_prompt_tokens > room:
+            problems.append(
+                f"data.max_prompt_tokens={self.data.max_prompt_tokens} + rollout.max_tokens="
+                f"{self.rollout.max_tokens} exceed rollout.engine.max_model_len="
+                f"{self.rollout.engine.max_model_len}: a kept prompt could not be answered in full; "
+                f"lower data.max_prompt_tokens to {room} or raise max_model_len"
+            )
         if self.data.batch_size % self.actor.world_size and self.actor.world_size > 1:
             problems.append(
                 f"data.batch_size={self.data.batch_size} must divide among actor.world_size="

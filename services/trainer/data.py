@@ -78,6 +78,16 @@ def _store_meta(store: FrameStore, key: str) -> dict[str, Any] | None:
         return None
 
 
+def _clip_meta(store: FrameStore, realtime: RealtimeSource | None, key: str) -> dict[str, Any]:
+    meta = _store_meta(store, key)
+    if meta is None and realtime is not None:
+        # realtime_only: counting tokens needs the clip's grid, so each clip is decoded once here
+        _, meta = realtime.load(key, None)
+    if meta is None:
+        raise DataError(f"clip {key} is not in the frame store after preprocessing")
+    return meta
+
+
 def prepare_split(
     files: Sequence[str],
     cfg: DataConfig,
@@ -119,9 +129,14 @@ def prepare_split(
                 report.errors.append(f"sample {sample.id!r}: {exc}")
                 report.dropped_decode += 1
                 continue
-            for p in paths:
-                if p not in hashes:
-                    hashes[p] = content_hash(p)
+            try:
+                for p in paths:
+                    if p not in hashes:
+                        hashes[p] = content_hash(p)
+            except OSError as exc:
+                report.errors.append(f"sample {sample.id!r}: cannot read its video: {exc}")
+                report.dropped_decode += 1
+                continue
             entries.append((sample, params, paths, [clip_key(hashes[p], params) for p in paths]))
 
     if realtime is not None:
@@ -221,8 +236,8 @@ def _preprocess(
 
 
 class StatefulLoader:
-    """Batches of sample indices: a seeded permutation per epoch, full batches only (an epoch's tail
-    starts the next epoch's permutation). Its position is part of every checkpoint."""
+    """Batches of sample indices from a seeded permutation per epoch (identity without shuffling), read
+    as one stream: full batches, no sample skipped. Its position is part of every checkpoint."""
 
     def __init__(self, size: int, batch_size: int, *, seed: int, shuffle: bool = True) -> None:
         if size < batch_size:
@@ -237,10 +252,16 @@ class StatefulLoader:
         return order
 
     def next_batch(self) -> list[int]:
-        if self.position + self.batch_size > self.size:
-            self.epoch, self.position = self.epoch + 1, 0
-        batch = self._order()[self.position : self.position + self.batch_size]
-        self.position += self.batch_size
+        """The next ``batch_size`` indices of the stream of epoch permutations: an epoch's tail is
+        completed from the next epoch's order, so every sample is seen once per epoch (shuffled or not)."""
+        batch: list[int] = []
+        while len(batch) < self.batch_size:
+            if self.position == self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+            order = self._order()
+            take = min(self.batch_size - len(batch), self.size - self.position)
+            batch += order[self.position : self.position + take]
+            self.position += take
         return batch
 
     def state_dict(self) -> dict[str, int]:

@@ -116,6 +116,9 @@ class LocalActorGroup:
             optimizer.zero_grad(set_to_none=True)
             if step % 20 == 0 or step == steps:
                 log.info("warm start %d/%d: nll %.3f (grad norm %.2f)", step, steps, nll, float(norm))
+        if self.reference is not None:
+            # KL anchors RL to where it starts: the warmed weights, not the random ones before them
+            self.reference.model.load_state_dict(self.actor.model.state_dict())
 
     # -- checkpoints ------------------------------------------------------------------------------------
 
@@ -132,7 +135,7 @@ class LocalActorGroup:
             raise FileNotFoundError(
                 f"{path}: the checkpoint was written by a run with another actor.world_size"
             )
-        self.actor.load_state(torch.load(path, weights_only=False))
+        self.actor.load_state(ckpt.load_torch(path))
 
     def shutdown(self) -> None:
         self.sequences, self._prompts = [], {}

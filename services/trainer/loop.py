@@ -37,7 +37,7 @@ from services.trainer.algorithms import (
 from services.trainer.algorithms.kl import apply_kl_reward_penalty, kl_penalty
 from services.trainer.batch import pad_rows
 from services.trainer.config import TrainConfig, dump_config
-from services.trainer.data import StatefulLoader, TrainSample, prepare_split
+from services.trainer.data import DataError, StatefulLoader, TrainSample, prepare_split
 from services.trainer.group import LocalActorGroup
 from services.trainer.tracking import MetricsLogger
 from services.trainer.update import SequenceTargets
@@ -143,9 +143,10 @@ def step_advantages(
             torch.tensor(lengths, dtype=torch.float32), max_length=overlong.max_length,
             buffer_length=overlong.buffer_length, factor=overlong.factor,
         )  # fmt: skip
-        scores = scores + penalty
         metrics["reward/overlong_penalty"] = float(penalty.mean())
-    token_rewards = outcome_token_rewards(scores, mask)
+    # The penalty enters the token rewards (so the return of every estimator), not ``scores``: GDPO
+    # reads its components from the scores and takes whatever the return adds as a penalty term.
+    token_rewards = outcome_token_rewards(scores + penalty if overlong.enabled else scores, mask)
     if ref is not None:
         if old is None:
             raise ValueError("KL to the reference needs the old log-probs")
@@ -199,8 +200,9 @@ class Trainer:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(dump_config(cfg))
+        self._lock = ckpt.lock_output_dir(self.output_dir)
         self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
+        (self.output_dir / "config.yaml").write_text(dump_config(cfg))
         model_path = str(self.resume_from / ckpt.MODEL_DIR) if self.resume_from else cfg.actor.model_path
         self._setup_data(model_path)
         self._setup_models(model_path)
@@ -219,7 +221,11 @@ class Trainer:
         self.start_step = 0
         if self.resume_from is not None:
             self._load_checkpoint(self.resume_from)
-        self.logger.truncate_after(self.start_step)
+        # Without a checkpoint nothing earlier counts (step 0's validation included); with one, the
+        # steps after it are recomputed, and so are newer checkpoints of the history being replaced.
+        self.logger.truncate_after(self.start_step if self.resume_from is not None else -1)
+        for step in ckpt.discard_after(self.output_dir, self.start_step):
+            log.warning("removed checkpoint step %d: newer than the step this run resumes from", step)
 
     def _setup_data(self, model_path: str) -> None:
         from transformers import AutoTokenizer
@@ -250,6 +256,12 @@ class Trainer:
         self.warmup_samples = (
             prepare_split(cfg.warmup.files, split="warmup", **common)[0] if cfg.warmup.steps else []
         )
+        lacking = [s.sample.id for s in self.warmup_samples if not s.sample.offline_output]
+        if lacking:
+            raise DataError(
+                f"warm-up samples need an offline_output to learn from; {len(lacking)} have none, e.g. "
+                f"{lacking[:5]}"
+            )
         self.loader = StatefulLoader(
             len(self.train_samples), cfg.data.batch_size, seed=cfg.data.seed, shuffle=cfg.data.shuffle
         )
@@ -405,7 +417,7 @@ class Trainer:
             while True:
                 rounds += 1
                 scored = self.score(step, batch, groups)
-                values = scored.accuracy if ds.metric == "accuracy" else scored.overall
+                values = getattr(scored, ds.metric)
                 ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.responses])
                 keep, _ = dynamic_sampling_keep(torch.tensor(values), ids)
                 for i, (s, g) in enumerate(zip(batch, groups, strict=True)):
@@ -546,7 +558,7 @@ class Trainer:
 
     def save(self, step: int) -> Path:
         """Model, optimizer states, data position, RNG and KL coefficient, atomically (a temp folder
-        renamed into place; ``state.json`` last, as the completion marker)."""
+        flushed and renamed into place; ``state.json`` last, as the completion marker)."""
         import shutil
 
         folder = ckpt.checkpoint_dir(self.output_dir, step)
@@ -554,8 +566,15 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         self.group.save(tmp)
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
+        ckpt.fsync_tree(tmp)
+        if folder.exists():  # the same step saved again: swap, never a moment without a checkpoint
+            old = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            folder.rename(old)
+            tmp.rename(folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(folder)
         ckpt.write_state(
             folder,
             {
@@ -563,13 +582,36 @@ class Trainer:
                 "loader": self.loader.state_dict(),
                 "rng": ckpt.rng_state(),
                 "kl_coef": self.kl_controller.coef,
+                "run": self._run_identity(),
             },
         )
-        ckpt.prune(self.output_dir, self.config.trainer.max_keep)
+        ckpt.prune(self.output_dir, self.config.trainer.max_keep, step)
         return folder
+
+    def _run_identity(self) -> dict[str, Any]:
+        """What must not change between a checkpoint and the run resuming from it."""
+        import hashlib
+
+        ids = "\n".join(s.sample.id for s in self.train_samples)
+        cfg = self.config
+        return {
+            "samples_sha256": hashlib.sha256(ids.encode()).hexdigest(),
+            "batch_size": cfg.data.batch_size,
+            "shuffle": cfg.data.shuffle,
+            "world_size": cfg.actor.world_size,
+            "rollout_n": cfg.rollout.n,
+        }
 
     def _load_checkpoint(self, folder: Path) -> None:
         state = ckpt.read_state(folder)
+        saved, now = state.get("run", {}), self._run_identity()
+        changed = {k: (saved.get(k), v) for k, v in now.items() if saved.get(k) != v}
+        if changed:
+            detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            raise ckpt.ResumeMismatch(
+                f"cannot resume from {folder}: the run changed ({detail}); use another trainer.output_dir "
+                "or trainer.resume=none"
+            )
         self.group.load_optimizer(folder)
         self.loader.load_state_dict(state["loader"])
         ckpt.set_rng_state(state["rng"])
@@ -578,6 +620,9 @@ class Trainer:
         log.info("resumed from %s at step %d", folder, self.start_step)
 
     def shutdown(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.close()
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()

@@ -37,8 +37,14 @@ class SequenceTargets:
 
 def split(indices: Sequence[int], parts: int) -> list[list[int]]:
     """``indices`` in ``parts`` contiguous, near-equal chunks (empty chunks dropped)."""
-    size = -(-len(indices) // parts)
-    return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
+    base, extra = divmod(len(indices), parts)
+    out, start = [], 0
+    for k in range(parts):
+        stop = start + base + (1 if k < extra else 0)
+        if stop > start:
+            out.append(list(indices[start:stop]))
+        start = stop
+    return out
 
 
 def update_policy(
@@ -65,9 +71,16 @@ def update_policy(
     loss_name = algorithm.policy_loss.value
     if offline_term == "likelihood" and loss_name == "luffy":
         loss_name = "ppo"
+    if len(sequences) < cfg.mini_batches:
+        # every rank must run the same number of optimizer steps, or FSDP's collectives wait forever
+        raise ValueError(
+            f"rank {actor.rank} holds {len(sequences)} sequence(s) for actor.mini_batches={cfg.mini_batches}: "
+            "lower actor.mini_batches or raise data.batch_size x rollout.n"
+        )
     sums: dict[str, list[float]] = defaultdict(list)
     for _ in range(cfg.ppo_epochs):
         for chunk in split(range(len(sequences)), cfg.mini_batches):
+            shares: dict[str, list[float]] = defaultdict(list)
             sub = [sequences[i] for i in chunk]
             micro = actor.micro_batches(sub, [positions[i] for i in chunk])
             total = all_reduce_sum(
@@ -82,9 +95,13 @@ def update_policy(
                 )  # fmt: skip
                 for k, v in metrics.items():
                     if not mb.dummy:
-                        sums[k].append(v)
+                        shares[k].append(v)
+            # a mini-batch's loss is the sum of its micro-batch shares; the update reports the mean
+            # over mini-batches (and epochs), as every other metric
+            for k, v in _reduce(shares).items():
+                sums[k].append(v)
             sums["grad_norm"].append(actor.step_optimizer())
-    return _reduce(sums)
+    return {k: (max(v) if k in _MAXED else sum(v) / len(v)) for k, v in sums.items() if v}
 
 
 # Per-micro-batch shares of a mini-batch's loss: their sum is the mini-batch value.
@@ -163,12 +180,18 @@ def _micro_step(
         ref = pad_rows([t.ref_log_probs.tolist() for t in tg], width).to(actor.device)
         kl_loss, kl_metrics = compute_kl_loss(
             log_probs, ref, mask, coef=kl_coef, estimator=algorithm.kl.estimator,
-            loss_agg=algorithm.loss_agg, global_normaliser=total,
+            loss_agg=algorithm.loss_agg, norm_length=algorithm.loss_agg_norm_length, global_normaliser=total,
         )  # fmt: skip
         total_loss = total_loss + kl_loss
         metrics.update(kl_metrics)
     if entropy is not None:
-        ent = aggregate_loss(entropy, mask, algorithm.loss_agg, global_normaliser=total)
+        ent = aggregate_loss(
+            entropy,
+            mask,
+            algorithm.loss_agg,
+            norm_length=algorithm.loss_agg_norm_length,
+            global_normaliser=total,
+        )
         metrics["entropy_loss"] = float(ent.detach())
         metrics["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
         if entropy_coef:

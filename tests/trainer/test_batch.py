@@ -9,11 +9,17 @@ from services.trainer.batch import PromptInputs, TokenSequence, collate, pack
 
 
 def test_pack_by_padded_size() -> None:
-    assert pack([3, 3, 5, 2], 9) == [[0, 1], [2], [3]]  # 3 x 5 and 2 x 5 exceed 9
-    assert pack([3, 3, 5, 2], 10) == [[0, 1], [2, 3]]
-    assert pack([12, 1], 10) == [[0], [1]]  # longer than the budget: alone
-    assert pack([2, 2, 2, 2, 2], 10) == [[0, 1, 2, 3, 4]]
+    def prompts(*lengths: int) -> list[tuple[int, int]]:
+        return [(n, 0) for n in lengths]
+
+    assert pack(prompts(3, 3, 5, 2), 9) == [[0, 1], [2], [3]]  # 3 x 5 and 2 x 5 exceed 9
+    assert pack(prompts(3, 3, 5, 2), 10) == [[0, 1], [2, 3]]
+    assert pack(prompts(12, 1), 10) == [[0], [1]]  # longer than the budget: alone
+    assert pack(prompts(2, 2, 2, 2, 2), 10) == [[0, 1, 2, 3, 4]]
     assert pack([], 10) == []
+    # collate pads prompts and responses separately: (100 + 100) x 2 = 400, not 2 x 110
+    assert pack([(100, 10), (10, 100)], 230) == [[0], [1]]
+    assert pack([(100, 10), (90, 20)], 240) == [[0, 1]]  # (100 + 20) x 2 = 240
 
 
 def _types(rows):

@@ -80,3 +80,10 @@ def test_data_budgets_reach_the_rollout_engine() -> None:
     assert (params.fps, params.max_frames, params.family.value) == (2.0, 128, "qwen3_vl")
     c = parse_config({**MINIMAL, "data": {"train_files": ["t"], "video_nframes": 4}})
     assert c.data.video_params("qwen2_5_vl").fps is None
+
+
+def test_prompt_budget_must_leave_room_for_the_answer() -> None:
+    with pytest.raises(ConfigError, match=r"lower data\.max_prompt_tokens to 3584"):
+        parse_config({**MINIMAL, "data": {"train_files": ["t"], "max_prompt_tokens": 4000}})
+    with pytest.raises(ConfigError, match=r"algorithm\.dynamic_sampling\.metric"):
+        parse_config({**MINIMAL, "algorithm": {"dynamic_sampling": {"enabled": True, "metric": "acc"}}})

@@ -11,10 +11,18 @@ def test_epochs_are_permutations_and_deterministic() -> None:
     a = StatefulLoader(10, 4, seed=3)
     batches = [a.next_batch() for _ in range(5)]
     assert sorted(batches[0] + batches[1]) == sorted(set(batches[0] + batches[1]))  # no repeats in an epoch
-    assert a.epoch == 2  # 10 samples, batches of 4: two per epoch, the tail starts the next epoch
+    assert a.epoch == 1  # 20 of the stream's 10 + 10: the second epoch is under way
     b = StatefulLoader(10, 4, seed=3)
     assert [b.next_batch() for _ in range(5)] == batches
-    assert StatefulLoader(10, 4, seed=4).next_batch() != batches[0] or True
+    # the third batch is epoch 0's tail (2 samples) completed by epoch 1's first two
+    order0 = StatefulLoader(10, 4, seed=3)._order()
+    assert batches[2][:2] == order0[8:]
+
+
+def test_without_shuffling_no_sample_is_skipped() -> None:
+    loader = StatefulLoader(10, 4, seed=0, shuffle=False)
+    seen = [i for _ in range(5) for i in loader.next_batch()]
+    assert seen == [*range(10), *range(10)]
 
 
 def test_resume_continues_with_the_same_batch() -> None:

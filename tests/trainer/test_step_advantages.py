@@ -65,3 +65,17 @@ def test_kl_in_the_reward_changes_the_advantages() -> None:
     assert m["actor/kl_ref"] == 0.5  # 2 of 4 tokens at 1
     no_kl, _ = step_advantages(AlgorithmConfig(**RLOO), _groups((2, 2)), _scored([1.0, 0.0]), old, ref, 0.5)
     assert no_kl[0].tolist() == [1.0, 1.0]
+
+
+def test_gdpo_sees_the_overlong_penalty() -> None:
+    base = {"advantage_estimator": "gdpo", "kl": {"mode": "off"}}
+    groups = _groups((2, 4), (2, 4))
+    scored = _scored([1.0, 1.0, 1.0, 1.0])
+    plain, _ = step_advantages(AlgorithmConfig(**base), groups, scored, None, None, 0.0)
+    penalised, m = step_advantages(
+        AlgorithmConfig(**base, overlong_penalty={"enabled": True, "max_length": 4, "buffer_length": 2}),
+        groups, scored, None, None, 0.0,
+    )  # fmt: skip
+    assert all(float(a.abs().max()) == 0.0 for a in plain)  # equal rewards: no signal
+    # the 4-token responses are penalised -1: now the short ones are better than the long ones
+    assert float(penalised[0][0]) > 0 > float(penalised[1][0]) and m["reward/overlong_penalty"] == -0.5

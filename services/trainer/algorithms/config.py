@@ -58,7 +58,9 @@ class DynamicSamplingConfig(_Section):
     """``algorithm.dynamic_sampling``: DAPO online filtering of groups whose rewards are all equal."""
 
     enabled: bool = False
-    metric: str = Field(default="accuracy", description="reward component the filter looks at")
+    metric: Literal["accuracy", "overall", "format"] = Field(
+        default="accuracy", description="reward component the filter looks at"
+    )
     max_rounds: int = Field(default=10, ge=1, description="generation rounds per step before giving up")
 
 
