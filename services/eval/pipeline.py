@@ -93,6 +93,7 @@ class Pipeline:
         judge_max_tokens: int = 16,
         on_result: Callable[[str, ItemResult], None] | None = None,
         stop: Callable[[], bool] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
@@ -106,6 +107,8 @@ class Pipeline:
         self.judge_max_tokens = judge_max_tokens
         self.on_result = on_result or (lambda benchmark, item: None)
         self.stop = stop or (lambda: False)
+        # per-request sampling overrides (benchmarks fix the response length with ignore_eos)
+        self.sampling = dict(sampling or {})
         self.written = 0
 
     # --- IO pool ---------------------------------------------------------------------------------------
@@ -179,7 +182,7 @@ class Pipeline:
         if error is None:
             started = time.perf_counter()
             try:
-                prompt_ids, response = await generate(self.engine, ready.engine_input)
+                prompt_ids, response = await generate(self.engine, ready.engine_input, **self.sampling)
                 prompt_tokens = len(prompt_ids)
             except ValueError as exc:  # refused input (too long, placeholder mismatch): this sample only
                 error = f"generation failed: {exc}"
