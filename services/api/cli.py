@@ -99,7 +99,8 @@ def _exit_code(state: str) -> int:
 
 def _print_jobs(listing: dict[str, Any]) -> None:
     table = Table(title=f"jobs ({listing['total']})")
-    for column in ("id", "kind", "state", "progress", "message", "created"):
+    table.add_column("id", no_wrap=True, min_width=32)
+    for column in ("kind", "state", "progress", "message", "created"):
         table.add_column(column)
     for job in listing["items"]:
         p = job["progress"]

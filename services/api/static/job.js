@@ -50,7 +50,14 @@ function onEvent(event) {
   if (event.type === "state") {
     setState(document.getElementById("job-state"), event.data.state);
     document.getElementById("job-reason").textContent = event.data.reason || "—";
-    if (TERMINAL.has(event.data.state)) document.getElementById("job-finished").textContent = when(event.created_at);
+    if (TERMINAL.has(event.data.state)) {
+      document.getElementById("job-finished").textContent = when(event.created_at);
+      const bar = document.getElementById("job-progress");
+      if (!bar.hasAttribute("value")) {
+        bar.max = 1; // no total was reported: full for success, empty otherwise
+        bar.value = event.data.state === "succeeded" ? 1 : 0;
+      }
+    }
   } else if (event.type === "progress") {
     setProgress(document.getElementById("job-progress"), document.getElementById("job-progress-text"), event.data, event.data.message);
   } else if (event.type === "metrics" && event.seq > metricsSeen) {

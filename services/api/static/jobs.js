@@ -29,6 +29,8 @@ function newRow(job) {
   tr.append(id, kind, state, progress, cell("message"), cell("created"), cell("updated"));
   body.prepend(tr);
   document.getElementById("no-jobs").hidden = true;
+  const shown = body.rows.length;
+  document.getElementById("live-status").textContent = `${shown} job${shown === 1 ? "" : "s"} shown`;
   return tr;
 }
 
@@ -41,7 +43,7 @@ function update(job) {
   }
   tr.dataset.state = job.state;
   setState(tr.querySelector("td.state span"), job.state);
-  setProgress(tr.querySelector("progress"), tr.querySelector(".count"), job.progress);
+  setProgress(tr.querySelector("progress"), tr.querySelector(".count"), job.progress, undefined, job.state);
   tr.querySelector("td.message").textContent = job.reason || job.progress.message;
   tr.querySelector("td.created").textContent = when(job.created_at);
   tr.querySelector("td.updated").textContent = when(job.updated_at);
