@@ -8,6 +8,13 @@ cd "$root"
 venv=$(scripts/bootstrap.sh)
 export PATH="$venv/bin:$PATH"
 bash scripts/services.sh
+# The status page tests drive the system Chromium (Playwright, no downloaded browser).
+if ! command -v chromium >/dev/null; then
+    (apt-get update && apt-get install -y chromium) >&2 || {
+        echo "chromium is missing and could not be installed (apt-get install chromium)" >&2
+        exit 1
+    }
+fi
 ruff check services tests bench
 ruff format --check services tests bench
 # -p no:cacheprovider: CI runs from a clean clone; nothing to carry between runs.
