@@ -23,10 +23,10 @@ from services.api.auth import COOKIE, AuthFailed, current_principal
 from services.api.charts import panels_json
 from services.api.eval_tables import eval_tables
 from services.api.kinds import JobKind
-from services.api.service import cache_stats, checked_job_id, results
+from services.api.service import METRICS_EVENT, RESULT_EVENT, cache_stats, checked_job_id, results
 from services.api.tokens import authenticate
 from services.common.db.models import JobState
-from services.common.jobs import get_job, job_events, list_jobs
+from services.common.jobs import get_job, list_jobs, recent_events
 
 _HERE = Path(__file__).parent
 router = APIRouter(include_in_schema=False)
@@ -101,8 +101,8 @@ def jobs_page(request: Request, kind: JobKind | None = None, state: JobState | N
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: str) -> HTMLResponse:
     job = get_job(checked_job_id(job_id))
-    events = job_events(job.id, types=None)
-    recent = [e for e in events if e.type not in ("metrics", "result")][-_RECENT_EVENTS:]
+    # Steps and results have their own views; the log shows the rest.
+    recent = recent_events(job.id, _RECENT_EVENTS, exclude_types=(METRICS_EVENT, RESULT_EVENT))
     context: dict[str, Any] = {"job": job, "recent": recent, "config_json": json.dumps(job.config, indent=2)}
     if job.result is not None:
         context["result_json"] = json.dumps(job.result, indent=2)

@@ -315,6 +315,19 @@ def job_events(
         ]
 
 
+def recent_events(job_id: str, limit: int, exclude_types: tuple[str, ...] = ()) -> list[EventInfo]:
+    """The job's last ``limit`` events (oldest first), leaving out the given types."""
+    query = select(JobEvent).where(JobEvent.job_id == job_id)
+    if exclude_types:
+        query = query.where(JobEvent.type.not_in(exclude_types))
+    with session_scope() as session:
+        rows = session.scalars(query.order_by(JobEvent.seq.desc()).limit(limit)).all()
+        return [
+            EventInfo(job_id=e.job_id, seq=e.seq, type=e.type, data=e.data, created_at=e.created_at)
+            for e in reversed(rows)
+        ]
+
+
 def request_cancel(job_id: str) -> JobInfo:
     """Cancel a queued job at once; ask a running one to stop (its worker sees it within a heartbeat).
 

@@ -86,6 +86,14 @@ def test_without_data_roots_no_path_is_accepted(client, monkeypatch):
     assert "set REELRL_DATA_ROOTS" in response.json()["detail"][0]["msg"]
 
 
+@pytest.mark.parametrize(("kind", "required"), [("train", "data"), ("eval", "model")])
+def test_train_and_eval_configs_are_checked_by_their_services_models(client, kind, required):
+    response = client.post("/v1/jobs", json={"kind": kind, "config": {"bogus": 1}})
+    assert response.status_code == 422
+    assert {f"body.config.{required}", "body.config.bogus"} <= set(locs(response))
+    assert list_jobs()[1] == 0
+
+
 def test_a_kind_whose_service_is_missing_is_not_available(client, monkeypatch):
     monkeypatch.setitem(
         KINDS, JobKind.eval, KindSpec("services.no_such_service.config:Config", "reelrl.eval.run", "eval")

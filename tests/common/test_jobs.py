@@ -23,6 +23,7 @@ from services.common.jobs import (
     jsonable,
     list_jobs,
     reap_stale_jobs,
+    recent_events,
     request_cancel,
     run_job,
 )
@@ -122,6 +123,11 @@ def test_run_job_success_reports_progress_events_result(job_db, monkeypatch):
     assert events[-1].type == "state" and events[-1].data["state"] == "succeeded"
     assert events[-1].data["result"] == {"final_accuracy": 1.0}
     assert [e.seq for e in job_events(job_id, after=3, types=["metrics"], limit=2)] == [4, 5]
+    last = recent_events(job_id, 2, exclude_types=("metrics",))
+    assert [(e.type, e.data.get("done"), e.data.get("state")) for e in last] == [
+        ("progress", 10, None),
+        ("state", None, "succeeded"),
+    ]
 
 
 def test_failure_records_the_reason_and_reraises(job_db):
@@ -271,3 +277,17 @@ def test_heartbeat_timeout_must_leave_room_for_late_beats(monkeypatch):
     monkeypatch.setenv("REELRL_JOB_HEARTBEAT_TIMEOUT_S", "20")
     with pytest.raises(ValueError, match="at least 3 x"):
         JobSettings()
+
+
+def test_orm_matches_the_migration(job_db):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from services.common.db import ensure_schema
+    from services.common.db.models import Base
+
+    engine = ensure_schema()
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    ours = [d for d in diff if any(t in str(d) for t in ("'jobs'", "job_events", "api_tokens"))]
+    assert ours == []
