@@ -54,12 +54,56 @@ def preprocess(
     raise typer.Exit(preprocess_command(dataset, out, given, workers, timeout, retry_failed))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML config (see examples/)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
+) -> None:
+    """Train with RL: CONFIG plus dotted overrides, e.g. `reelrl train c.yaml trainer.total_steps=10`."""
+    from services.trainer.cli import train_command
+
+    raise typer.Exit(train_command(config, list(ctx.args), print_config))
+
+
+@app.command()
+def demo(
+    folder: Path = typer.Option(None, "--dir", help="Where the demo's data and runs go (default: $REELRL_HOME/demo)."),
+    steps: int = typer.Option(150, min=1, help="Training steps (about 1 s each on 2 CPU cores)."),
+    workers: int = typer.Option(2, min=1, help="Preprocessing worker processes."),
+    no_serve: bool = typer.Option(False, "--no-serve", help="Do not serve the status page at the end."),
+    port: int = typer.Option(8000, help="Port of the status page."),
+) -> None:
+    """The whole pipeline on embedded defaults: data → frame store → eval → GRPO → eval → status page."""
+    from services.demo import demo_command
+
+    raise typer.Exit(demo_command(folder, steps, workers, no_serve, port))
+
+
 @app.command("make-sample-data")
-def make_sample_data(root: Path = typer.Argument(..., help="Folder to create.")) -> None:
-    """Write a small synthetic video dataset (videos + train.jsonl) for a first run."""
+def make_sample_data(
+    root: Path = typer.Argument(..., help="Folder to create."),
+    tasks: bool = typer.Option(True, help="Also write the learnable task datasets (colour, direction)."),
+    train_videos: int = typer.Option(64, min=1, help="Task videos in the training split."),
+    val_videos: int = typer.Option(32, min=1, help="Task videos in the validation split (other videos)."),
+    tiny_model: str = typer.Option(
+        "qwen2_5_vl", help="Also build ROOT/tiny-FAMILY for the examples/tiny_cpu*.yaml configs ('none': skip)."
+    ),
+) -> None:
+    """Write synthetic video datasets for a first run: train.jsonl (a few clips) and the task files
+    (<task>_train/_mix/_format/_val.jsonl) whose answers depend on what the videos show."""
     from services.preprocess.sample_data import make_sample_dataset
 
     typer.echo(make_sample_dataset(root))
+    if tasks:
+        from services.common.synthetic_tasks import make_task_datasets
+
+        for path in make_task_datasets(root, train_videos=train_videos, val_videos=val_videos).values():
+            typer.echo(path)
+    if tiny_model != "none" and not (root / f"tiny-{tiny_model}").exists():
+        from services.common.tiny_models import build_tiny_model
+
+        typer.echo(build_tiny_model(tiny_model, root / f"tiny-{tiny_model}", seed=0))
 
 
 @cache_app.command("stats")

@@ -7,6 +7,9 @@ starts vLLM and Ray, which spawn processes, and a prefork pool's children are da
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from celery import shared_task
 
 from services.common.jobs import run_job
@@ -16,8 +19,9 @@ TRAIN_TASK = "reelrl.train.run"
 _TRAIN_LIMIT_S = 30 * 24 * 3600
 
 
-@shared_task(name=TRAIN_TASK, soft_time_limit=_TRAIN_LIMIT_S, time_limit=_TRAIN_LIMIT_S + 60)
-def train_job(job_id: str) -> None:
+def run_train_job(job_id: str, *, on_step: Sequence[Callable[[int, dict], None]] = ()) -> dict[str, Any]:
+    """Run the train job ``job_id`` here (claim, heartbeat, events, final state); ``on_step`` hooks see
+    every step too (the demo's progress bar). Returns the job's result."""
     from services.trainer.config import parse_config
     from services.trainer.loop import Hooks, run
 
@@ -25,19 +29,25 @@ def train_job(job_id: str) -> None:
         config = parse_config(ctx.config)
         total = config.trainer.total_steps
 
-        def on_step(step: int, metrics: dict) -> None:
+        def report(step: int, metrics: dict) -> None:
             ctx.event("metrics", metrics)
             ctx.progress(step, total, "steps")
 
         # A cancel stops the loop after the current step, which is then checkpointed (the job ends
         # "cancelled" with its last checkpoint kept).
-        result = run(config, hooks=Hooks(on_step=[on_step], stop=ctx.cancel_requested), job_id=job_id)
-        ctx.set_result(
-            {
-                "output_dir": str(result.output_dir),
-                "steps": result.steps,
-                "stopped": result.stopped,
-                "checkpoint": str(result.checkpoint) if result.checkpoint else None,
-                **{k: v for k, v in result.last_val.items() if v == v},
-            }
-        )
+        hooks = Hooks(on_step=[report, *on_step], stop=ctx.cancel_requested)
+        result = run(config, hooks=hooks, job_id=job_id)
+        summary = {
+            "output_dir": str(result.output_dir),
+            "steps": result.steps,
+            "stopped": result.stopped,
+            "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+            **{k: v for k, v in result.last_val.items() if v == v},
+        }
+        ctx.set_result(summary)
+    return summary
+
+
+@shared_task(name=TRAIN_TASK, soft_time_limit=_TRAIN_LIMIT_S, time_limit=_TRAIN_LIMIT_S + 60)
+def train_job(job_id: str) -> None:
+    run_train_job(job_id)
