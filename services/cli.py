@@ -68,7 +68,9 @@ def train(
 
 @app.command()
 def demo(
-    folder: Path = typer.Option(None, "--dir", help="Where the demo's data and runs go (default: $REELRL_HOME/demo)."),
+    folder: Path = typer.Option(
+        None, "--dir", help="Where the demo's data and runs go (default: $REELRL_HOME/demo)."
+    ),
     steps: int = typer.Option(150, min=1, help="Training steps (about 1 s each on 2 CPU cores)."),
     workers: int = typer.Option(2, min=1, help="Preprocessing worker processes."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Do not serve the status page at the end."),
@@ -87,7 +89,8 @@ def make_sample_data(
     train_videos: int = typer.Option(64, min=1, help="Task videos in the training split."),
     val_videos: int = typer.Option(32, min=1, help="Task videos in the validation split (other videos)."),
     tiny_model: str = typer.Option(
-        "qwen2_5_vl", help="Also build ROOT/tiny-FAMILY for the examples/tiny_cpu*.yaml configs ('none': skip)."
+        "qwen2_5_vl",
+        help="Also build ROOT/tiny-FAMILY for the examples/tiny_cpu*.yaml configs ('none': skip).",
     ),
 ) -> None:
     """Write synthetic video datasets for a first run: train.jsonl (a few clips) and the task files
