@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timeout(1800)  # the loop runs ~4 min on a quiet 2-core machine; shared CI is slower
 def test_pure_rl_lifts_heldout_accuracy_over_chance(reelrl_home: Path, tmp_path: Path) -> None:
     data = tmp_path / "reelrl-data"
     make_task_datasets(data, train_videos=64, val_videos=32)
