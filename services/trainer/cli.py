@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -28,6 +29,9 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
         return 0
     # vLLM's per-request INFO lines would bury the progress bar; an exported level still wins.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: the loop's cleanup stops vLLM's processes,
+    # which would otherwise outlive the trainer holding their memory.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from services.trainer.data import DataError
     from services.trainer.loop import Hooks, run
