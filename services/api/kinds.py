@@ -54,7 +54,8 @@ KINDS: dict[JobKind, KindSpec] = {
     JobKind.preprocess: KindSpec(
         "services.preprocess.job_config:PreprocessJobConfig", "reelrl.preprocess.job", "preprocess-jobs"
     ),
-    JobKind.train: KindSpec("services.trainer.config:TrainConfig", "reelrl.train.run", "train"),
+    # Over the API a train config may only name files inside the data roots (TrainJobConfig).
+    JobKind.train: KindSpec("services.trainer.config:TrainJobConfig", "reelrl.train.run", "train"),
     JobKind.eval: KindSpec("services.eval.config:EvalConfig", "reelrl.eval.run", "eval"),
 }
 

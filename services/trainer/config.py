@@ -208,6 +208,41 @@ class TrainConfig(_Section):
         return RolloutConfig.model_validate(values)
 
 
+class TrainJobConfig(TrainConfig):
+    """A training config submitted as a job over the API. A job names files on the server, so every
+    path it reads or writes must lie inside ``REELRL_DATA_ROOTS`` (none is accepted without roots);
+    relative paths are taken under the first root and stored resolved."""
+
+    @model_validator(mode="after")
+    def _inside_data_roots(self) -> TrainJobConfig:
+        from services.common.settings import get_settings
+
+        roots = [r.resolve() for r in get_settings().data_roots]
+        if not roots:
+            raise ValueError(
+                "no data roots are configured, so a job may not name files: set REELRL_DATA_ROOTS to the "
+                "folders (':'-separated) jobs may read and write, for the API and its workers"
+            )
+
+        def inside(value: str, key: str) -> str:
+            path = (Path(value) if Path(value).is_absolute() else roots[0] / value).resolve()
+            if not any(path.is_relative_to(root) for root in roots):
+                raise ValueError(
+                    f"{key}={value}: resolves to {path}, outside the data roots {[str(r) for r in roots]}"
+                )
+            return str(path)
+
+        data = self.data
+        data.train_files = [inside(f, "data.train_files") for f in data.train_files]
+        data.val_files = [inside(f, "data.val_files") for f in data.val_files]
+        self.warmup.files = [inside(f, "warmup.files") for f in self.warmup.files]
+        self.actor.model_path = inside(self.actor.model_path, "actor.model_path")
+        self.trainer.output_dir = inside(self.trainer.output_dir, "trainer.output_dir")
+        if self.trainer.resume not in ("auto", "none"):
+            self.trainer.resume = inside(self.trainer.resume, "trainer.resume")
+        return self
+
+
 class ConfigError(ValueError):
     """A config that cannot run; the message names every offending key by its full path."""
 

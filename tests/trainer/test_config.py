@@ -87,3 +87,31 @@ def test_prompt_budget_must_leave_room_for_the_answer() -> None:
         parse_config({**MINIMAL, "data": {"train_files": ["t"], "max_prompt_tokens": 4000}})
     with pytest.raises(ConfigError, match=r"algorithm\.dynamic_sampling\.metric"):
         parse_config({**MINIMAL, "algorithm": {"dynamic_sampling": {"enabled": True, "metric": "acc"}}})
+
+
+def test_a_train_job_may_only_name_files_inside_the_data_roots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.common.settings import reset_settings_cache
+    from services.trainer.config import TrainJobConfig
+
+    job = {
+        "data": {"train_files": ["d/t.jsonl"]},
+        "actor": {"model_path": "m"},
+        "trainer": {"output_dir": "runs/a"},
+    }
+    monkeypatch.delenv("REELRL_DATA_ROOTS", raising=False)
+    reset_settings_cache()
+    with pytest.raises(ValueError, match="no data roots are configured"):
+        TrainJobConfig.model_validate(job)
+    monkeypatch.setenv("REELRL_DATA_ROOTS", str(tmp_path))
+    reset_settings_cache()
+    try:
+        ok = TrainJobConfig.model_validate(job)
+        assert ok.data.train_files == [str(tmp_path / "d" / "t.jsonl")]
+        assert ok.trainer.output_dir == str(tmp_path / "runs" / "a")
+        for key, value in (("actor", {"model_path": "/etc"}), ("trainer", {"output_dir": "../../x"})):
+            with pytest.raises(ValueError, match="outside the data roots"):
+                TrainJobConfig.model_validate({**job, key: value})
+    finally:
+        reset_settings_cache()

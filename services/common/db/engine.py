@@ -65,7 +65,7 @@ def ensure_schema(url: str | None = None) -> Engine:
     key = str(engine.url)
     if key in _migrated:
         return engine
-    with _migrate_lock:
+    with _migrate_lock, _sqlite_file_lock(engine):
         if key not in _migrated:
             cfg = Config()
             cfg.set_main_option("script_location", str(_MIGRATIONS))
@@ -74,6 +74,25 @@ def ensure_schema(url: str | None = None) -> Engine:
                 command.upgrade(cfg, "heads")
             _migrated.add(key)
     return engine
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """Processes migrating one SQLite file take turns (an API and its workers start together; two
+    first migrations at once fail with "table alembic_version already exists"). Postgres serialises
+    in the migration itself, with an advisory lock (migrations/env.py)."""
+    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    import fcntl
+
+    with open(f"{database}.migrate.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager
