@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from services.common.families import FamilyName
 from services.common.samples import Sample
-from services.eval.benchmarks import Benchmark, ItemResult, Summary
+from services.eval.benchmarks import Benchmark, ItemResult
 from services.reward import RewardConfig, score_items
 
 
@@ -132,7 +132,3 @@ def unknown_predictions(samples: Iterable[Sample], predictions: Mapping[str, Pre
     """Prediction ids that name no sample (a wrong file, or ids from another tool)."""
     ids = {s.id for s in samples}
     return sorted(p for p in predictions if p not in ids)
-
-
-def summarise(benchmark: Benchmark, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
-    return benchmark.aggregate(samples, results)

@@ -9,18 +9,16 @@ Adaptation answers are numbers (numerical) or text (open-ended).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from services.common.samples import Sample
-from services.eval.benchmarks.aggregate import accuracy_summary
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.files import read_json, read_rows, require
 from services.eval.benchmarks.options import lettered
 from services.eval.benchmarks.registry import register
-from services.eval.benchmarks.results import ItemResult, Summary
 from services.reward.extract.numbers import single_reading
 
 TRACKS = ("Perception", "Comprehension", "Adaptation")
@@ -88,9 +86,6 @@ class VideoMMMU(Benchmark):
         return self.templates[
             "adaptation mc" if sample.problem_type == "multiple choice" else "adaptation open"
         ]
-
-    def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
-        return accuracy_summary(self.name, samples, results, self.breakdowns)
 
 
 def _records(path: Path, track: str) -> list[tuple[str, dict[str, Any]]]:
