@@ -157,7 +157,11 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
             "on_result": on_result,
             "stop": hooks.stop,
         }
-        report.written = asyncio.run(_stream(config, tasks, args, store))
+        try:
+            report.written = asyncio.run(_stream(config, tasks, args, store))
+        except BaseException as exc:  # the engine died or the run was interrupted: not left "running"
+            finish_run(run_id, "failed", None, error=f"{type(exc).__name__}: {exc}"[:4000])
+            raise
     report.stopped = bool(hooks.stop and hooks.stop())
     report.timings["generate_s"] = time.perf_counter() - started - report.timings["prepare_s"]
 

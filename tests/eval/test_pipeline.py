@@ -100,9 +100,10 @@ def shm_segments(processes: list[psutil.Process]) -> set[Path]:
     found = set()
     for process in processes:
         try:
-            found |= {Path(m.path) for m in process.memory_maps() if m.path.startswith("/dev/shm/psm_")}
-        except psutil.Error:
+            maps = Path(f"/proc/{process.pid}/maps").read_text()
+        except OSError:
             continue
+        found |= {Path(line.split()[-1]) for line in maps.splitlines() if "/dev/shm/psm_" in line}
     return found
 
 
@@ -117,9 +118,9 @@ def mapped_anywhere(segment: Path) -> bool:
 
 
 def kill_mid_run(command: list[str], env: dict[str, str], at_least: int, log: Path) -> None:
-    """Start the CLI in its own process group and SIGKILL the whole group (the worker and its engine
-    processes, as when a machine or container dies) once ``at_least`` results are stored. The shared
-    memory the killed engine mapped is then unlinked, as its dead owner never will."""
+    """Start the CLI in its own process group; once ``at_least`` results are stored, freeze the group
+    (SIGSTOP) and SIGKILL it (the worker and its engine processes, as when a machine or container
+    dies). The shared memory the killed engine mapped is then unlinked, as its dead owner never will."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
             command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -133,7 +134,8 @@ def kill_mid_run(command: list[str], env: dict[str, str], at_least: int, log: Pa
                 )
             if time.monotonic() > deadline:
                 pytest.fail(f"no {at_least} results in time:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGSTOP)  # freeze at once: no result is written after this point
         group = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         segments = shm_segments(group)
         os.killpg(proc.pid, signal.SIGKILL)
