@@ -53,6 +53,17 @@ def run_train(config: Path, overrides: list[str], work: Path, name: str) -> list
     return rows
 
 
+def earlier_run(work: Path, name: str) -> list[dict] | None:
+    """A run of an earlier invocation in the same work folder (``--only`` skipped it), if it finished."""
+    path = work / name / "metrics.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    config = (work / name / "config.yaml").read_text()
+    total = int(config.split("total_steps:", 1)[1].split()[0])
+    return rows if rows and rows[-1]["step"] == total else None
+
+
 def val_curve(rows: list[dict]) -> list[tuple[int, float, float]]:
     """(step, training minutes, held-out accuracy) of every validation."""
     return [
@@ -115,8 +126,8 @@ def phase_means(rows: list[dict], skip: int = 2) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work" / "learning")
-    parser.add_argument("--steps", type=int, default=500, help="budget of the mix and no-mix runs")
-    parser.add_argument("--rl-steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=900, help="budget of the mix and no-mix runs")
+    parser.add_argument("--rl-steps", type=int, default=200)
     parser.add_argument("--cache-steps", type=int, default=8)
     parser.add_argument("--only", default="mix,nomix,rl,cache")
     args = parser.parse_args()
@@ -128,15 +139,17 @@ def main() -> None:
     curves: dict[str, list[dict]] = {}
     budget = [f"trainer.total_steps={args.steps}", "trainer.val_freq=25", "trainer.save_freq=0"]
 
-    if "mix" in only:
-        mix = curves["mix-policy (colour)"] = run_train(CONFIG, budget, work, "mix")
+    mix = run_train(CONFIG, budget, work, "mix") if "mix" in only else earlier_run(work, "mix")
+    if mix is not None:
+        curves["mix-policy (colour)"] = mix
         final = val_curve(mix)[-1][2]
         reached = minutes_to(mix, 0.9)
         figures["learning_heldout_accuracy"] = round(final, 3)
         figures["learning_minutes"] = round(
             reached if reached is not None else mix[-1]["perf/elapsed_s"] / 60, 2
         )
-        print(f"mix: held-out {final:.3f}, reached 0.9 after {reached} min", flush=True)
+        print(f"mix: held-out {final:.3f} (best {max(a for *_, a in val_curve(mix)):.3f}), "
+              f"reached 0.9 after {reached} min", flush=True)  # fmt: skip
     if "nomix" in only:
         nomix = curves["no offline data (colour)"] = run_train(
             CONFIG, [*budget, "data.train_files=[reelrl-data/colour_train.jsonl]", "rollout.mix_policy=false"],
