@@ -82,7 +82,9 @@ def parse_answer(answer: Any) -> Any:
 
 
 def has_boxes(answer: Any) -> bool:
-    return isinstance(parse_answer(answer), dict) and "boxes" in parse_answer(answer)
+    """Whether ``answer`` holds boxes to convert (EasyVideoR1 writes ``"boxes": {}`` on temporal answers)."""
+    value = parse_answer(answer)
+    return isinstance(value, dict) and bool(value.get("boxes"))
 
 
 def convert_answer_boxes(

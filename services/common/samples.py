@@ -22,6 +22,7 @@ from services.common.families import FamilyName
 
 DataType = Literal["video", "image", "text"]
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_CLIP_FIELDS = frozenset({"width", "height", "duration"})
 
 
 class SampleError(ValueError):
@@ -245,8 +246,11 @@ def reward_fields(
     """The reward library's sample (a dict its ``RewardSample`` accepts) for ``sample`` answered by a
     model of ``family``: boxes in the family's coordinate space, and the first clip's ``duration`` and
     frame size (in that space) for the hedging defences of the grounding types."""
+    # A dataset's own fields ride along as extras, except the names the reward sample types itself:
+    # those come from the clip (Video-MME's "duration": "short" is a category, not seconds).
+    extras = {k: v for k, v in (sample.model_extra or {}).items() if k not in _CLIP_FIELDS}
     fields: dict[str, Any] = {
-        **(sample.model_extra or {}),
+        **extras,
         "id": sample.id,
         "problem": sample.problem,
         "problem_type": sample.problem_type,

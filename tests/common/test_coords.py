@@ -57,3 +57,8 @@ def test_box_answer_without_frame_size_is_refused() -> None:
         convert_answer_boxes({"boxes": BOX}, "qwen2_vl", None, None)
     with pytest.raises(ValueError, match="x1, y1"):
         to_family_box([1, 2, 3], "qwen2_vl", ORIGINAL, RESIZED)
+
+
+def test_empty_boxes_need_no_frame_size() -> None:
+    answer = {"time": [1.0, 2.0], "boxes": {}}
+    assert convert_answer_boxes(answer, "qwen2_vl", None, None) == answer

@@ -120,3 +120,12 @@ def test_reward_fields_score_through_the_library() -> None:
     fields = reward_fields(Sample.model_validate(MC), "qwen2_5_vl")
     assert score(fields, "<answer>B</answer>").accuracy == 1.0
     assert score(fields, "<answer>A</answer>").accuracy == 0.0
+
+
+def test_dataset_fields_do_not_shadow_clip_facts() -> None:
+    # Video-MME's "duration" is a category; the reward sample's duration comes from the clip.
+    s = Sample.model_validate({**MC, "duration": "short"})
+    assert s.extra("duration") == "short"
+    fields = reward_fields(s, "qwen2_5_vl", [META])
+    assert fields["duration"] == 12.5
+    assert "duration" not in reward_fields(s, "qwen2_5_vl")
