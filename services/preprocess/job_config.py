@@ -10,19 +10,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from services.common.data_roots import inside_roots, job_roots
 from services.common.frames import VideoParams
-from services.common.settings import get_settings
 from services.preprocess.dataset import InputError, resolve_video
-
-
-def _roots() -> list[Path]:
-    roots = get_settings().data_roots
-    if not roots:
-        raise ValueError(
-            "no data roots are configured, so a job may not name files: set REELRL_DATA_ROOTS to the "
-            "folders (':'-separated) jobs may read and write, for the API and its workers"
-        )
-    return [root.resolve() for root in roots]
 
 
 class PreprocessJobConfig(BaseModel):
@@ -40,7 +30,7 @@ class PreprocessJobConfig(BaseModel):
     @field_validator("dataset")
     @classmethod
     def _dataset_inside_roots(cls, value: Path) -> Path:
-        roots = _roots()
+        roots = job_roots()
         try:
             return resolve_video(str(value), roots[0], roots)
         except (InputError, OSError) as exc:
@@ -49,13 +39,7 @@ class PreprocessJobConfig(BaseModel):
     @field_validator("out")
     @classmethod
     def _out_inside_roots(cls, value: Path) -> Path:
-        roots = _roots()
-        try:
-            path = (value if value.is_absolute() else roots[0] / value).resolve()
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{value}: {exc}") from None
-        if not any(path.is_relative_to(root) for root in roots):
-            raise ValueError(f"{value}: resolves to {path}, outside the data roots {[str(r) for r in roots]}")
+        path = inside_roots(value, job_roots())
         if path.is_dir():
             raise ValueError(f"{value}: is a directory; name the output JSONL file")
         return path

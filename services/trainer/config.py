@@ -215,22 +215,15 @@ class TrainJobConfig(TrainConfig):
 
     @model_validator(mode="after")
     def _inside_data_roots(self) -> TrainJobConfig:
-        from services.common.settings import get_settings
+        from services.common.data_roots import inside_roots, job_roots
 
-        roots = [r.resolve() for r in get_settings().data_roots]
-        if not roots:
-            raise ValueError(
-                "no data roots are configured, so a job may not name files: set REELRL_DATA_ROOTS to the "
-                "folders (':'-separated) jobs may read and write, for the API and its workers"
-            )
+        roots = job_roots()
 
         def inside(value: str, key: str) -> str:
-            path = (Path(value) if Path(value).is_absolute() else roots[0] / value).resolve()
-            if not any(path.is_relative_to(root) for root in roots):
-                raise ValueError(
-                    f"{key}={value}: resolves to {path}, outside the data roots {[str(r) for r in roots]}"
-                )
-            return str(path)
+            try:
+                return str(inside_roots(value, roots))
+            except ValueError as exc:
+                raise ValueError(f"{key}={exc}") from None
 
         data = self.data
         data.train_files = [inside(f, "data.train_files") for f in data.train_files]
