@@ -58,6 +58,14 @@ def run_manifest(
     }
 
 
-def result_manifest(run: dict[str, Any], clip: dict[str, Any] | None, prompt_version: str) -> dict[str, Any]:
-    """A result's manifest: the run's plus its clip parameters and prompt template version."""
-    return {**run, "clip": clip, "prompt_template_version": prompt_version}
+def result_manifest(
+    run: dict[str, Any], clip: dict[str, Any] | None, prompt_version: str, assistant_prefix: str | None = None
+) -> dict[str, Any]:
+    """A result's manifest: the run's plus its clip parameters, prompt template version and the
+    assistant prefix its response continues (re-scoring reads it back)."""
+    return {
+        **run,
+        "clip": clip,
+        "prompt_template_version": prompt_version,
+        "assistant_prefix": assistant_prefix,
+    }

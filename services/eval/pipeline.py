@@ -22,9 +22,10 @@ from services.eval.clips import PlannedSample
 from services.eval.manifest import result_manifest
 from services.eval.scoring import score_one
 from services.eval.store import ResultRecord, save_result
+from services.rollout import adapters
 from services.rollout.async_engine import AsyncRolloutEngine
 from services.rollout.prompts import EngineInput, prepare_inputs
-from services.rollout.samples import RolloutResponse, RolloutSample
+from services.rollout.samples import RolloutResponse, RolloutSample, continued_response
 
 log = logging.getLogger(__name__)
 # what a result keeps of a clip's frame-store metadata (enough to re-score boxes without the clip)
@@ -50,31 +51,26 @@ class Ready:
     engine_input: EngineInput | None
     clip_meta: list[dict[str, Any]] | None
     prompt_version: str
+    assistant_prefix: str | None = None
     error: str | None = None
 
 
-def rollout_sample(task: Task, prompt: str, system: str | None) -> RolloutSample:
-    """The one place eval builds the rollout's input: frame-store keys and the parameters each clip
-    must have been stored with (checked when loaded)."""
-    params = task.planned.params
-    return RolloutSample(
-        id=f"{task.benchmark}/{task.sample.id}",
-        prompt=prompt,
+def rollout_sample(
+    task: Task, prompt: str, system: str | None, assistant_prefix: str | None = None
+) -> RolloutSample:
+    """Eval's rollout input through the shared adapter: ids unique across benchmarks, the parameters
+    each clip must have been stored with (checked when loaded), and no offline response."""
+    params, keys = task.planned.params, task.planned.keys
+    return adapters.rollout_sample(
+        task.sample,
+        prompt,
+        videos=keys,
+        clip_params=[params for _ in keys] if params and keys else None,
         system=system,
-        videos=tuple(task.planned.keys),
-        clip_params=tuple(params.canonical() for _ in task.planned.keys)
-        if params and task.planned.keys
-        else None,
+        assistant_prefix=assistant_prefix,
+        sample_id=f"{task.benchmark}/{task.sample.id}",
+        offline_output=False,
     )
-
-
-async def generate(
-    engine: AsyncRolloutEngine, item: EngineInput, **overrides: Any
-) -> tuple[list[int], RolloutResponse]:
-    """One response to a prepared input. ``AsyncRolloutEngine`` has no public call for an input that was
-    prepared elsewhere (eval prepares in its own IO pool), so its ``_collect`` is used here, only here."""
-    prompt_ids, responses = await engine._collect(item, 1, **overrides)
-    return prompt_ids, responses[0]
 
 
 class Pipeline:
@@ -116,21 +112,22 @@ class Pipeline:
     def prepare(self, task: Task) -> Ready:
         sample, adapter, planned = task.sample, task.adapter, task.planned
         version = adapter.prompt_version(sample, self.thinking)
+        prefix = adapter.assistant_prefix(sample, self.thinking)
         if planned.error is not None:
-            return Ready(task, None, None, version, planned.error)
+            return Ready(task, None, None, version, prefix, planned.error)
         try:
             metas = [
                 self.engine.source.load(key, expect=planned.params.canonical())[1] for key in planned.keys
             ]
             prompt = adapter.prompt(sample, self.family, self.thinking, clip_meta=metas or None)
-            request = rollout_sample(task, prompt, adapter.system_prompt(sample, self.thinking))
+            request = rollout_sample(task, prompt, adapter.system_prompt(sample, self.thinking), prefix)
             (item,) = prepare_inputs(
                 [request], self.engine.checkpoint, self.engine.source, self.engine.config
             )
         except (ValueError, LookupError, OSError) as exc:  # missing clip, parameter mismatch, bad media
-            return Ready(task, None, None, version, f"{type(exc).__name__}: {exc}")
+            return Ready(task, None, None, version, prefix, f"{type(exc).__name__}: {exc}")
         compact = [{k: m[k] for k in CLIP_META_FIELDS if k in m} for m in metas] or None
-        return Ready(task, item, compact, version)
+        return Ready(task, item, compact, version, prefix)
 
     def score_and_save(
         self, ready: Ready, response: RolloutResponse | None, prompt_tokens: int | None, latency_s: float | None,
@@ -139,8 +136,9 @@ class Pipeline:
         task = ready.task
         if error is None and response is not None:
             item = score_one(
-                task.adapter, task.sample, response.text, self.family, ready.clip_meta, judge_response
-            )
+                task.adapter, task.sample, response.text, self.family, ready.clip_meta, judge_response,
+                assistant_prefix=ready.assistant_prefix,
+            )  # fmt: skip
         else:
             item = ItemResult(
                 id=task.sample.id, accuracy=0.0, error=error, problem_type=task.sample.problem_type
@@ -149,7 +147,7 @@ class Pipeline:
         record = ResultRecord(
             benchmark=task.benchmark,
             item=item,
-            manifest=result_manifest(self.run_manifest, clip, ready.prompt_version),
+            manifest=result_manifest(self.run_manifest, clip, ready.prompt_version, ready.assistant_prefix),
             clip_meta=ready.clip_meta,
             judge_response=judge_response,
             finish_reason=response.finish_reason if response else None,
@@ -173,7 +171,7 @@ class Pipeline:
         (item,) = await asyncio.to_thread(
             prepare_inputs, [request], engine.checkpoint, engine.source, engine.config
         )
-        _, response = await generate(engine, item, temperature=0.0, max_tokens=self.judge_max_tokens)
+        _, (response,) = await engine.generate(item, 1, temperature=0.0, max_tokens=self.judge_max_tokens)
         return response.text
 
     async def _finish(self, ready: Ready, pool: ThreadPoolExecutor) -> None:
@@ -182,13 +180,14 @@ class Pipeline:
         if error is None:
             started = time.perf_counter()
             try:
-                prompt_ids, response = await generate(self.engine, ready.engine_input, **self.sampling)
+                prompt_ids, (response,) = await self.engine.generate(ready.engine_input, 1, **self.sampling)
                 prompt_tokens = len(prompt_ids)
             except ValueError as exc:  # refused input (too long, placeholder mismatch): this sample only
                 error = f"generation failed: {exc}"
             latency = time.perf_counter() - started
         if error is None and response is not None and self.wants_judge(ready.task):
-            judge_response = await self._judge(ready.task, response.text)
+            answer = continued_response(ready.assistant_prefix, response.text)
+            judge_response = await self._judge(ready.task, answer)
         item = await loop.run_in_executor(
             pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error
         )

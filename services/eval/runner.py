@@ -206,6 +206,8 @@ def write_benchmark_outputs(run_id: str, name: str, plan: BenchmarkPlan, output_
                 "judge_response": row.judge_response, "clip_meta": row.clip_meta,
                 "finish_reason": row.finish_reason, "prompt_tokens": row.prompt_tokens,
                 "response_tokens": row.response_tokens, "latency_s": row.latency_s, "manifest": row.manifest,
+                # "" when none: a missing field would mean the benchmark's protocol prefix on re-scoring
+                "assistant_prefix": (row.manifest or {}).get("assistant_prefix") or "",
             }
         )  # fmt: skip
     write_jsonl_atomic(output_dir / f"{name}.samples.jsonl", lines)

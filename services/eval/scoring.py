@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -14,6 +14,7 @@ from services.common.families import FamilyName
 from services.common.samples import Sample
 from services.eval.benchmarks import Benchmark, ItemResult
 from services.reward import RewardConfig, score_items
+from services.rollout.samples import continued_response
 
 
 class Prediction(BaseModel):
@@ -26,6 +27,11 @@ class Prediction(BaseModel):
     response: str | None = Field(description="null: no answer (scored as missing)")
     clip_meta: list[dict[str, Any]] | None = None
     judge_response: str | None = Field(None, description="the LLM judge's reply, when one graded this answer")
+    assistant_prefix: str | None = Field(
+        None,
+        description="the assistant-turn text the response continues; null: the benchmark's protocol "
+        "prefix (MLVU's 'Best Option: ('), '': none (e.g. a thinking run)",
+    )
 
 
 def read_predictions(path: Path) -> dict[str, Prediction]:
@@ -54,6 +60,17 @@ def missing(sample: Sample) -> ItemResult:
     return ItemResult(id=sample.id, accuracy=0.0, missing=True, problem_type=sample.problem_type)
 
 
+class Answer(NamedTuple):
+    """One response to score. ``response`` is what the model generated; ``assistant_prefix`` the text
+    its turn started with (read together with the response, stored apart from it)."""
+
+    sample: Sample
+    response: str
+    clip_meta: list[dict[str, Any]] | None = None
+    judge_response: str | None = None
+    assistant_prefix: str | None = None
+
+
 def score_one(
     benchmark: Benchmark,
     sample: Sample,
@@ -62,22 +79,25 @@ def score_one(
     clip_meta: list[dict[str, Any]] | None = None,
     judge_response: str | None = None,
     config: RewardConfig | None = None,
+    assistant_prefix: str | None = None,
 ) -> ItemResult:
     """The item result of one response (and, if the benchmark's judge graded it, the judge's reply)."""
-    return score_many(benchmark, [(sample, response, clip_meta, judge_response)], family, config)[0]
+    answer = Answer(sample, response, clip_meta, judge_response, assistant_prefix)
+    return score_many(benchmark, [answer], family, config)[0]
 
 
 def score_many(
     benchmark: Benchmark,
-    items: Sequence[tuple[Sample, str, list[dict[str, Any]] | None, str | None]],
+    items: Sequence[Answer | tuple[Sample, str, list[dict[str, Any]] | None, str | None]],
     family: FamilyName | str,
     config: RewardConfig | None = None,
 ) -> list[ItemResult]:
-    """``(sample, response, clip_meta, judge_response)`` → item results, in order."""
+    """Answers (or ``(sample, response, clip_meta, judge_response)`` tuples) → item results, in order."""
     config = config or RewardConfig()
+    answers = [Answer(*item) for item in items]
     views: list[dict[str, Any] | None] = []
     errors: list[str | None] = []
-    for sample, _, clip_meta, _ in items:
+    for sample, _, clip_meta, _, _ in answers:
         try:
             views.append(benchmark.reward_sample(sample, family, clip_meta))
             errors.append(None)
@@ -85,13 +105,13 @@ def score_many(
             views.append(None)
             errors.append(str(exc))
     pairs: list[tuple[Any, str]] = []
-    for (sample, response, _, judge), view in zip(items, views, strict=True):
-        pairs.append((view or {"problem_type": sample.problem_type}, response))
+    for (sample, response, _, judge, prefix), view in zip(answers, views, strict=True):
+        pairs.append((view or {"problem_type": sample.problem_type}, continued_response(prefix, response)))
         if judge is not None:
             pairs.append((benchmark.judge_reward_sample(sample), judge))
     scored = iter(score_items(pairs, config))
     results = []
-    for (sample, response, _, judge), view, error in zip(items, views, errors, strict=True):
+    for (sample, response, _, judge, _), view, error in zip(answers, views, errors, strict=True):
         rule = next(scored)
         verdict = next(scored) if judge is not None else None
         chosen = verdict if verdict is not None else rule
@@ -119,11 +139,13 @@ def score_predictions(
     config: RewardConfig | None = None,
 ) -> dict[str, ItemResult]:
     """Every sample's result; samples without a prediction are missing (scored 0)."""
-    given = [
-        (s, predictions[s.id].response, predictions[s.id].clip_meta, predictions[s.id].judge_response)
-        for s in samples
-        if s.id in predictions and predictions[s.id].response is not None
-    ]
+    given = []
+    for s in samples:
+        p = predictions.get(s.id)
+        if p is None or p.response is None:
+            continue
+        prefix = benchmark.assistant_prefix(s) if p.assistant_prefix is None else p.assistant_prefix
+        given.append(Answer(s, p.response, p.clip_meta, p.judge_response, prefix))
     results = {r.id: r for r in score_many(benchmark, given, family, config)}
     return {s.id: results.get(s.id) or missing(s) for s in samples}
 

@@ -117,9 +117,18 @@ class AsyncRolloutEngine(EngineBase):
         async for _, delta in self._deltas(item, n or self.config.n, **overrides):
             yield delta
 
-    async def _collect(
-        self, item: EngineInput, n: int, **overrides: Any
+    async def generate(
+        self, item: EngineInput, n: int | None = None, **overrides: Any
     ) -> tuple[list[int], list[RolloutResponse]]:
+        """``n`` (default ``config.n``) whole responses to an input prepared elsewhere, and the prompt's
+        token ids as the engine expanded them (vision placeholders included).
+
+        For callers that prepare inputs on their own schedule, e.g. evaluation's IO thread pool
+        (``services.rollout.prompts.prepare_inputs`` with this engine's checkpoint, source and config).
+        ``overrides`` are sampling parameters for this request only. No mix gate, no offline responses:
+        that is :meth:`rollout`. A prompt the engine refuses (too long) raises ValueError.
+        """
+        n = self.config.n if n is None else n
         deltas: list[StreamDelta] = []
         prompt_ids: list[int] = []
         async for ids, delta in self._deltas(item, n, **overrides):
@@ -142,7 +151,7 @@ class AsyncRolloutEngine(EngineBase):
         counts = online_counts(samples, config)
         async with asyncio.TaskGroup() as group:
             tasks = [
-                group.create_task(self._collect(item, k, **overrides))
+                group.create_task(self.generate(item, k, **overrides))
                 for item, k in zip(inputs, counts, strict=True)
             ]
         generated = [task.result() for task in tasks]

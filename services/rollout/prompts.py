@@ -38,8 +38,10 @@ def chat_messages(sample: RolloutSample) -> list[dict[str, Any]]:
 
 
 def render_prompt(processor: Any, sample: RolloutSample) -> str:
-    """The prompt text with one placeholder per image/video, ending with the assistant header."""
+    """The prompt text with one placeholder per image/video, ending with the assistant header and the
+    sample's assistant prefix (which a chat message cannot express: the template would close the turn)."""
     text = processor.apply_chat_template(chat_messages(sample), tokenize=False, add_generation_prompt=True)
+    text += sample.assistant_prefix or ""
     for placeholder, media, kind in (
         (IMAGE_PLACEHOLDER, sample.images, "image"),
         (VIDEO_PLACEHOLDER, sample.videos, "video"),

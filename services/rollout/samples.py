@@ -28,6 +28,11 @@ class RolloutSample(BaseModel):
     id: str
     prompt: str = Field(description="the user turn's text (already rendered from the problem's template)")
     system: str | None = None
+    assistant_prefix: str | None = Field(
+        None,
+        description="text the assistant turn starts with (after the chat template's generation prompt); "
+        "the model continues it, so readers of the answer put it back first (continued_response)",
+    )
     images: tuple[str, ...] = Field((), description="frame-store keys of single-frame clips")
     videos: tuple[str, ...] = Field((), description="frame-store keys of clips")
     video_params: dict[str, Any] | None = Field(
@@ -87,6 +92,14 @@ class RolloutSample(BaseModel):
             canonical = VideoParams.model_validate(self.video_params).canonical()
             return [dict(canonical) for _ in self.videos]
         return [None for _ in self.videos]
+
+
+def continued_response(assistant_prefix: str | None, text: str) -> str:
+    """The whole assistant turn: a protocol's answer prefix (e.g. MVBench's "Best option:(") and the
+    ``text`` the model generated after it. Answers are read from this, never from ``text`` alone: the
+    letter of "A) ..." only means something after "Best option:(".
+    """
+    return (assistant_prefix or "") + text
 
 
 class RolloutResponse(BaseModel):

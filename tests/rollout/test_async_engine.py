@@ -160,3 +160,53 @@ def test_sleep_on_cpu_is_a_no_op_that_says_so(async_engine, loop_thread, video_s
     sample = video_sample("qwen2_5_vl", "wide", "async-after-sleep")
     (group,) = loop_thread.run(async_engine.rollout([sample], n=1))
     assert len(group.responses[0].token_ids) > 0
+
+
+def test_generate_answers_an_input_prepared_elsewhere(async_engine, loop_thread, video_sample):
+    """``generate`` takes an input prepared outside the engine (as eval's IO pool does) and returns the
+    same greedy tokens and prompt ids as ``rollout`` of the same sample."""
+    from services.rollout.prompts import prepare_inputs
+
+    sample = video_sample("qwen2_5_vl", "wide", "prepared")
+    (item,) = prepare_inputs([sample], async_engine.checkpoint, async_engine.source, async_engine.config)
+    prompt_ids, (response,) = loop_thread.run(async_engine.generate(item, 1, temperature=0.0))
+    (group,) = loop_thread.run(async_engine.rollout([sample], n=1, temperature=0.0))
+    assert prompt_ids == group.prompt_token_ids
+    assert prompt_ids.count(async_engine.checkpoint.video_token_id) == item.video_tokens > 0
+    assert response.token_ids == group.responses[0].token_ids and len(response.token_ids) > 0
+    assert response.weight_version == async_engine.weight_version
+    _, sampled = loop_thread.run(async_engine.generate(item))  # n defaults to config.n
+    assert len(sampled) == async_engine.config.n
+
+
+def test_assistant_prefix_is_prompted_and_read_back(async_engine, loop_thread, video_sample):
+    """The prefix follows the chat template's generation prompt in the engine's prompt tokens, and the
+    eval scorer reads the letter the model wrote after it (MLVU's "Best Option: (")."""
+    from services.common.samples import Sample
+    from services.eval.benchmarks import get_benchmark
+    from services.eval.scoring import score_one
+    from services.rollout.prompts import prepare_inputs
+
+    prefix = "Best Option: ("
+    question = "Question: What moves?\nOptions:\n(A) a square\n(B) a circle\nOnly give the best option."
+    plain = video_sample("qwen2_5_vl", "wide", "no-prefix", prompt=question)
+    prefixed = video_sample("qwen2_5_vl", "wide", "prefix", prompt=question, assistant_prefix=prefix)
+    inputs = prepare_inputs(
+        [plain, prefixed], async_engine.checkpoint, async_engine.source, async_engine.config
+    )
+    assert inputs[1].prompt["prompt"] == inputs[0].prompt["prompt"] + prefix
+    tokenizer = async_engine.checkpoint.processor.tokenizer
+    (letter_a,) = tokenizer.encode("A", add_special_tokens=False)
+    # one allowed token: the tiny random model answers "A" whatever it would have preferred
+    (plain_ids, _), (prompt_ids, (response,)) = [
+        loop_thread.run(async_engine.generate(item, 1, max_tokens=1, allowed_token_ids=[letter_a]))
+        for item in inputs
+    ]
+    assert prompt_ids == plain_ids + tokenizer.encode(prefix, add_special_tokens=False)
+    assert response.text == "A"
+    sample = Sample(
+        id="q", problem="What moves?", problem_type="multiple choice",
+        options=["A. a square", "B. a circle"], answer="A",
+    )  # fmt: skip
+    scored = score_one(get_benchmark("mlvu"), sample, response.text, "qwen2_5_vl", assistant_prefix=prefix)
+    assert (scored.extracted, scored.accuracy, scored.response) == ("A", 1.0, "A")

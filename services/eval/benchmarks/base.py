@@ -60,6 +60,9 @@ class Benchmark:
     # The protocol's prompt texts; hashed into the prompt version recorded in every result's manifest.
     templates: ClassVar[Mapping[str, str]] = fixed({})
     system: ClassVar[str | None] = None
+    # Text the protocol writes at the start of the assistant turn (MLVU's "Best Option: ("): the model
+    # continues it, and scoring reads the answer from prefix + response.
+    answer_prefix: ClassVar[str | None] = None
     option_style: ClassVar[str] = "{letter}. {text}"
     option_sep: ClassVar[str] = "\n"
     breakdowns: ClassVar[Mapping[str, str]] = fixed({})
@@ -142,11 +145,19 @@ class Benchmark:
     def system_prompt(self, sample: Sample, thinking: bool = False) -> str | None:
         return None if thinking else self.system
 
+    def assistant_prefix(self, sample: Sample, thinking: bool = False) -> str | None:
+        """The assistant turn's opening text for ``sample`` (none under the shared thinking template,
+        whose own format the answer follows)."""
+        return None if thinking else self.answer_prefix
+
     def prompt_version(self, sample: Sample, thinking: bool = False) -> str:
         """Hash of the prompt templates used for ``sample`` (the manifest's prompt template version)."""
         if thinking or not self.templates:
             return template_version(sample.problem_type, "thinking" if thinking else "instruct")
-        text = json.dumps({"templates": dict(self.templates), "system": self.system}, sort_keys=True)
+        protocol: dict[str, Any] = {"templates": dict(self.templates), "system": self.system}
+        if self.answer_prefix is not None:  # absent otherwise: earlier runs' versions stay valid
+            protocol["answer_prefix"] = self.answer_prefix
+        text = json.dumps(protocol, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     # --- scoring -----------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ class MLVU(Benchmark):
         "the best option that accurately addresses the question."
     )
     templates = fixed({"prompt": "Question: {question}\nOptions:\n{options}\nOnly give the best option."})
+    # the official prompt opens the answer; the model continues with the letter and ")"
+    answer_prefix = "Best Option: ("
     option_style = "({letter}) {text}"
     breakdowns = fixed({"task": "task"})
     macro_over = "task"

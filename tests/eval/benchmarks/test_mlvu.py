@@ -50,3 +50,43 @@ def test_test_split_question_ids(tmp_path, evaluate):
     out = evaluate("mlvu", tmp_path / "test_question.json", {"AR_0": "C"})
     assert out.by_id["AR_0"].videos == ("video/a.mp4",)
     assert out.summary.overall == 100.0
+
+
+def test_answers_are_read_after_the_assistant_prefix(tmp_path, evaluate):
+    """The official prompt ends the assistant turn with "Best Option: (" and the model writes the letter
+    next, so the answer is read from prefix + response. "A) Tom. B) was not there" names two letters
+    (a hedge, no answer) on its own; after the prefix, the final-answer phrase "Best Option" reads A."""
+    from services.eval.benchmarks import get_benchmark
+
+    write_json(tmp_path / "json" / "1_plotQA.json", PLOT)
+    bench = get_benchmark("mlvu")
+    (first, _) = bench.load(bench.find_annotations(tmp_path))
+    assert bench.assistant_prefix(first) == "Best Option: ("
+    assert bench.assistant_prefix(first, thinking=True) is None
+    hedge = "A) Tom. B) was not there"
+    out = evaluate(
+        "mlvu",
+        tmp_path,
+        {},
+        predictions=[
+            {"id": "1_plotQA/0", "response": hedge},  # no field: the protocol's prefix
+            {"id": "1_plotQA/1", "response": hedge, "assistant_prefix": ""},  # a run without one
+        ],
+    )
+    assert out.results["1_plotQA/0"].extracted == "A" and out.results["1_plotQA/0"].accuracy == 1.0
+    assert out.results["1_plotQA/0"].response == hedge  # stored as generated
+    assert out.results["1_plotQA/1"].extracted is None and out.results["1_plotQA/1"].accuracy == 0.0
+
+
+def test_the_prefix_is_part_of_the_prompt_version(tmp_path):
+    from services.eval.benchmarks import get_benchmark
+    from services.eval.benchmarks.mlvu import MLVU
+
+    write_json(tmp_path / "json" / "1_plotQA.json", PLOT)
+    bench = get_benchmark("mlvu")
+    (sample, _) = bench.load(bench.find_annotations(tmp_path))
+
+    class NoPrefix(MLVU):
+        answer_prefix = None
+
+    assert bench.prompt_version(sample) != NoPrefix().prompt_version(sample)
