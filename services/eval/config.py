@@ -169,3 +169,36 @@ def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
         raise ConfigError(f"eval config: {problems}") from None
     except BenchmarkError as exc:
         raise ConfigError(str(exc)) from None
+
+
+class EvalJobConfig(EvalConfig):
+    """An eval config submitted as a job over the API. A job names files on the server, so every path it
+    reads or writes (checkpoint, judge checkpoint, benchmark folders, output folder) must lie inside
+    ``REELRL_DATA_ROOTS`` (none is accepted without roots); relative paths are taken under the first
+    root and stored resolved, so the worker reads exactly what was checked."""
+
+    @model_validator(mode="after")
+    def _inside_data_roots(self) -> EvalJobConfig:
+        from services.common.data_roots import inside_roots, job_roots
+
+        roots = job_roots()
+
+        def inside(value: Path | str, key: str) -> Path:
+            try:
+                return inside_roots(value, roots)
+            except ValueError as exc:
+                raise ValueError(f"{key}={exc}") from None
+
+        self.model = inside(self.model, "model")
+        if self.data_root is not None:
+            self.data_root = inside(self.data_root, "data_root")
+        if self.output_dir is not None:
+            self.output_dir = inside(self.output_dir, "output_dir")
+        if self.judge is not None and self.judge.model != "self":
+            self.judge.model = str(inside(self.judge.model, "judge.model"))
+        for name, settings in self.bench.items():
+            for field in ("root", "annotations", "video_root"):
+                value = getattr(settings, field)
+                if value is not None:
+                    setattr(settings, field, inside(value, f"bench.{name}.{field}"))
+        return self

@@ -3,6 +3,8 @@ id that follows the result-deciding fields (and the checkpoint's files), clip pa
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from services.eval.cli import parse_assignments
@@ -68,3 +70,44 @@ def test_overrides_parse_yaml_values():
     assert parse_assignments(["a.b=1", "a.c=true", "d=[1, 2]", "e=x,y"]) == {
         "a": {"b": 1, "c": True}, "d": [1, 2], "e": "x,y",
     }  # fmt: skip
+
+
+def test_an_eval_job_may_only_name_files_inside_the_data_roots(tmp_path, monkeypatch):
+    """Over the API (EvalJobConfig) every path must resolve inside REELRL_DATA_ROOTS; the error names
+    the field. Relative paths are taken under the first root and stored resolved."""
+    from pydantic import ValidationError
+
+    from services.common.settings import reset_settings_cache
+    from services.eval.config import EvalJobConfig
+
+    job = {"model": "models/tiny", "benchmarks": "mlvu", "data_root": "bench", "judge": {"model": "self"}}
+    monkeypatch.delenv("REELRL_DATA_ROOTS", raising=False)
+    reset_settings_cache()
+    with pytest.raises(ValidationError, match="no data roots are configured"):
+        EvalJobConfig.model_validate(job)
+    monkeypatch.setenv("REELRL_DATA_ROOTS", str(tmp_path))
+    reset_settings_cache()
+    try:
+        ok = EvalJobConfig.model_validate(
+            {**job, "output_dir": "runs/e1", "bench": {"mlvu": {"annotations": "bench/mlvu/json"}}}
+        )
+        assert (ok.model, ok.data_root, ok.output_dir) == (
+            tmp_path / "models" / "tiny", tmp_path / "bench", tmp_path / "runs" / "e1",
+        )  # fmt: skip
+        assert ok.bench["mlvu"].annotations == tmp_path / "bench" / "mlvu" / "json"
+        assert ok.judge.model == "self"
+        # what the worker re-reads from the stored job config is the same resolved tree
+        assert EvalConfig.model_validate(ok.model_dump(mode="json")).model == tmp_path / "models" / "tiny"
+        outside = {
+            "model": {"model": "/etc"},
+            "data_root": {"data_root": "../elsewhere"},
+            "output_dir": {"output_dir": "/tmp/out"},
+            "judge.model": {"judge": {"model": "/opt/judge"}},
+            "bench.mlvu.video_root": {"bench": {"mlvu": {"video_root": "/srv/videos"}}},
+            "bench.mlvu.root": {"bench": {"mlvu": {"root": "../../x"}}},
+        }
+        for field, change in outside.items():
+            with pytest.raises(ValidationError, match=rf"{re.escape(field)}=.*outside the data roots"):
+                EvalJobConfig.model_validate({**job, **change})
+    finally:
+        reset_settings_cache()
