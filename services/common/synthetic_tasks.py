@@ -5,6 +5,7 @@ Every clip shows one coloured square moving across a dark background. Two multip
 - ``direction`` (time): which way it moves; only the order of frames answers it.
 Options are always listed in the same order, so the question text is identical across samples and only
 the video tells the answers apart. Train and validation splits use different videos (different seeds).
+``make_image_task`` adds still images of the square for the colour question (joint image-video data).
 Each train sample carries an ``offline_output``: the correct answer (the cold start that mix-policy
 exists for), or, for the format warm start, a uniformly random letter (format without the answer).
 """
@@ -158,3 +159,40 @@ def make_task_datasets(
             _write_jsonl(path, rows)
             written[stem] = path
     return written
+
+
+def make_image_task(root: Path, count: int, *, seed: int = 3, size: int = 56) -> Path:
+    """``count`` still PNG images of a coloured square (one frame of a clip) and
+    ``colour_images_mix.jsonl``: the colour question about each image, the correct answer as offline
+    output. Returns the JSONL path."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        colour, direction = list(COLOURS)[i % len(COLOURS)], rng.choice(DIRECTIONS)
+        name = f"image_{seed}_{i:04d}.png"
+        path = root / "images" / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            frame = clip_frames(colour, direction, size=size, frames=2, seed=seed * 100_003 + i)[0]
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp.png")
+            Image.fromarray(frame).save(tmp)
+            os.replace(tmp, path)
+        letter = LETTERS[list(COLOURS).index(colour)]
+        question, options = QUESTIONS["colour"]
+        rows.append(
+            {
+                "id": f"image-colour-{i:04d}",
+                "problem": question.replace("moving square", "square"),
+                "problem_type": "multiple choice",
+                "data_type": "image",
+                "images": [f"images/{name}"],
+                "options": [f"{LETTERS[j]}. {o}" for j, o in enumerate(options)],
+                "answer": letter,
+                "offline_output": f"<answer>{letter}</answer>",
+            }
+        )
+    out = root / "colour_images_mix.jsonl"
+    _write_jsonl(out, rows)
+    return out

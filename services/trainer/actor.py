@@ -92,6 +92,7 @@ class PolicyModel:
             self._shard(model)
         self.model = model
         self.pad_id = int(self.processor.tokenizer.pad_token_id or 0)
+        self._vision = VisionDummies(model) if self.world_size > 1 else None
 
     def _shard(self, model: Any) -> None:
         """FSDP2: each decoder layer and vision block its own unit, then the root (embeddings, head)."""
@@ -152,8 +153,13 @@ class PolicyModel:
         per-token entropy of the policy there. Logits are divided by the sampling ``temperature``: the
         policy that is optimised is the distribution the rollout sampled from."""
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.inputs.items()}
-        out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
-        logits = out.logits.float()
+        if self._vision is None:
+            out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
+            logits = out.logits.float()
+        else:
+            with self._vision.around(inputs) as zero:
+                out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
+            logits = out.logits.float() + zero.value
         if temperature != 1.0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
@@ -211,6 +217,82 @@ class PolicyModel:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return folder
+
+
+class VisionDummies:
+    """Zero-weight passes through the vision tower for the modalities a micro-batch lacks.
+
+    Under FSDP every forward gathers each unit's parameters collectively, so all ranks must run the same
+    modules the same number of times, in the same order. The model runs its vision tower once for
+    images, then once for videos, then the language model; a rank whose micro-batch has no images (or no
+    videos, or neither) would skip a pass the others make and every rank would wait forever. So, just
+    before the language model runs (inside the model's forward, where the root's parameters are
+    gathered), each missing modality gets a pass over a one-token zero input, added to the logits with
+    weight 0: every rank makes two vision passes per forward, every parameter takes part, and the
+    gradients are unchanged.
+    """
+
+    MODALITIES = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw"))
+
+    def __init__(self, model: Any) -> None:
+        inner = model.model
+        self.visual = getattr(inner, "visual", None)
+        self.language = getattr(inner, "language_model", None)
+        if self.visual is None or self.language is None:
+            raise ValueError(f"{type(model).__name__} has no visual/language_model pair to keep in step")
+        vc = model.config.vision_config
+        channels = getattr(vc, "in_channels", None) or getattr(vc, "in_chans", 3)
+        merge = vc.spatial_merge_size
+        width = channels * vc.temporal_patch_size * vc.patch_size**2
+        dtype = next(self.visual.parameters()).dtype
+        # one merged token: a 1 x merge x merge grid of patches
+        self.pixels = torch.zeros(merge * merge, width, dtype=dtype)
+        self.grid = torch.tensor([[1, merge, merge]], dtype=torch.long)
+
+    def around(self, inputs: dict[str, Any]) -> _DummyPasses:
+        missing = sum(1 for rows, _ in self.MODALITIES if inputs.get(rows) is None)
+        return _DummyPasses(self, missing)
+
+
+class _DummyPasses:
+    """Context for one forward: a pre-hook on the language model runs ``count`` dummy vision passes and
+    keeps their zero-weighted sum in ``value`` (a 0-dim tensor tied to the vision parameters)."""
+
+    def __init__(self, owner: VisionDummies, count: int) -> None:
+        self.owner, self.count = owner, count
+        self.value: torch.Tensor | float = 0.0
+        self._handle: Any = None
+
+    def _run(self, *_: Any) -> None:
+        visual = self.owner.visual
+        device = next(visual.parameters()).device
+        pixels, grid = self.owner.pixels.to(device), self.owner.grid.to(device)
+        total = torch.zeros((), device=device)
+        for _ in range(self.count):
+            total = total + _tensor_sum(visual(pixels, grid_thw=grid))
+        self.value = total * 0.0
+
+    def __enter__(self) -> _DummyPasses:
+        if self.count:
+            self._handle = self.owner.language.register_forward_pre_hook(self._run)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+
+
+def _tensor_sum(out: Any) -> torch.Tensor:
+    """Sum of every floating tensor in a vision tower's output (a tensor, tuple, list or model output):
+    each output must reach the loss, or its branch's parameters would get no gradient."""
+    if isinstance(out, torch.Tensor):
+        return out.float().sum() if out.is_floating_point() else torch.zeros((), device=out.device)
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, (tuple, list)):
+        parts = [_tensor_sum(o) for o in out if o is not None]
+        return sum(parts[1:], parts[0]) if parts else torch.zeros(())
+    return torch.zeros(())
 
 
 class Actor(PolicyModel):

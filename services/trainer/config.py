@@ -106,10 +106,17 @@ class MixConfig(_Section):
     from random weights; ``luffy``: LUFFY's shaped term (needs ``algorithm.policy_loss: luffy``), whose
     gradient vanishes when the offline tokens are unlikely (FINDINGS.md); ``schedule``: likelihood for
     ``switch_step`` steps, then LUFFY.
+
+    ``offline_weight`` multiplies the offline responses' advantages in the policy loss. At 1 an offline
+    answer counts as one response of the group (LUFFY), so from random weights its likelihood is learned
+    at ~1/n of a supervised step's strength; a larger weight speeds the cold start, and the term still
+    fades by itself as the sampled answers become right (the offline advantage shrinks with the group's
+    mean reward).
     """
 
     offline_term: Literal["likelihood", "luffy", "schedule"] = "likelihood"
     switch_step: int = Field(0, ge=0)
+    offline_weight: float = Field(1.0, gt=0)
 
 
 class WarmupConfig(_Section):

@@ -24,7 +24,7 @@ from services.preprocess.dataset import InputError, resolve_video
 from services.reward import canonical_name, render_prompt
 from services.reward.errors import UnknownProblemType
 from services.rollout.samples import RolloutSample
-from services.rollout.sources import RealtimeSource
+from services.rollout.sources import ImageFiles, RealtimeSource, image_key, image_size
 from services.trainer.config import DataConfig
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,20 @@ def video_tokens_from_meta(meta: dict[str, Any], family: Family) -> int:
     return tokens
 
 
+def image_tokens_from_meta(meta: dict[str, Any], family: Family) -> int:
+    """Merged patches of an image read at its budgeted size: (H/p)·(W/p)/merge²."""
+    return (
+        (int(meta["height"]) // family.patch_size)
+        * (int(meta["width"]) // family.patch_size)
+        // family.merge_size**2
+    )
+
+
+def image_meta(images: ImageFiles, key: str) -> dict[str, Any]:
+    """An image's original and budgeted sizes (from its header), as a clip's metadata gives them."""
+    return image_size(images.images[key], images.factor, images.min_pixels, images.max_pixels)
+
+
 def _resolve(sample: Sample, dataset_dir: Path, roots: list[Path]) -> list[Path]:
     return [resolve_video(raw, dataset_dir, roots) for raw in sample.videos]
 
@@ -99,10 +113,12 @@ def prepare_split(
     split: str,
     realtime: RealtimeSource | None = None,
     system_prompt: str | None = None,
+    images: ImageFiles | None = None,
 ) -> tuple[list[TrainSample], DataReport]:
     """Every usable sample of ``files``; clips missing from the store are preprocessed first (or, with
     ``cached_only``, the run fails naming them). A sample whose clip cannot be decoded, or whose prompt
-    exceeds ``max_prompt_tokens``, is dropped, counted and logged, never a crash."""
+    exceeds ``max_prompt_tokens``, is dropped, counted and logged, never a crash. Image samples' files are
+    added to ``images`` (read from their files within its pixel budget, not preprocessed)."""
     settings = get_settings()
     fam = get_family(family)
     base = cfg.video_params(family)
@@ -118,10 +134,18 @@ def prepare_split(
             except UnknownProblemType as exc:
                 raise DataError(f"{file}: sample {sample.id!r}: {exc}") from None
             if sample.images:
-                raise DataError(
-                    f"{file}: sample {sample.id!r} has images; image samples are not supported by the "
-                    "trainer yet (videos and text only)"
-                )
+                if images is None:
+                    raise DataError(f"{file}: sample {sample.id!r} has images and no image source was given")
+                try:
+                    paths = [resolve_video(raw, dataset_dir, settings.data_roots) for raw in sample.images]
+                    keys = [image_key(content_hash(p), images.min_pixels, images.max_pixels) for p in paths]
+                except (InputError, ValueError, OSError) as exc:
+                    report.errors.append(f"sample {sample.id!r}: {exc}")
+                    report.dropped_decode += 1
+                    continue
+                images.images.update(zip(keys, map(str, paths), strict=True))
+                entries.append((sample, base, paths, keys))
+                continue
             try:
                 params = base.with_overrides(sample.video_params)
                 paths = _resolve(sample, dataset_dir, settings.data_roots)
@@ -139,11 +163,12 @@ def prepare_split(
                 continue
             entries.append((sample, params, paths, [clip_key(hashes[p], params) for p in paths]))
 
+    videos = [e for e in entries if not e[0].images]
     if realtime is not None:
-        for _, params, paths, keys in entries:
+        for _, params, paths, keys in videos:
             for path, key in zip(paths, keys, strict=True):
                 realtime.clips[key] = (path, params)
-    missing = [e for e in entries if any(not store.has(k) for k in e[3])]
+    missing = [e for e in videos if any(not store.has(k) for k in e[3])]
     if missing and cfg.source_mode == "cached_only":
         names = ", ".join(repr(e[0].id) for e in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
@@ -164,6 +189,12 @@ def prepare_split(
             continue
         metas = []
         for key in keys:
+            if sample.images:
+                try:
+                    metas.append(image_meta(images, key))  # type: ignore[arg-type]
+                except OSError as exc:
+                    failed[sample.id] = f"cannot read its image: {exc}"
+                continue
             meta = _store_meta(store, key)
             if meta is None and realtime is not None:
                 # realtime_only: counting tokens needs the clip's grid, so each clip is decoded once here
@@ -173,19 +204,32 @@ def prepare_split(
                     f"sample {sample.id!r}: clip {key} is not in the frame store after preprocessing"
                 )
             metas.append(meta)
+        if sample.id in failed:
+            report.errors.append(f"sample {sample.id!r}: {failed[sample.id]}")
+            report.dropped_decode += 1
+            continue
         reward = reward_fields(sample, family, metas)
         prompt = render_prompt(reward, variant=cfg.prompt_variant)
+        media: dict[str, Any] = (
+            {"images": tuple(keys)}
+            if sample.images
+            else {"videos": tuple(keys), "video_params": params.model_dump(mode="json")}
+        )
         rollout = RolloutSample(
             id=sample.id,
             prompt=prompt,
             system=system_prompt,
-            videos=tuple(keys),
-            video_params=params.model_dump(mode="json"),
             offline_output=sample.offline_output,
             reward=reward,
+            **media,
         )
         text_tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
-        tokens = text_tokens + sum(video_tokens_from_meta(m, fam) for m in metas) + 16
+        vision = (
+            sum(image_tokens_from_meta(m, fam) for m in metas)
+            if sample.images
+            else sum(video_tokens_from_meta(m, fam) for m in metas)
+        )
+        tokens = text_tokens + vision + 16
         if tokens > cfg.max_prompt_tokens:
             report.dropped_overlong += 1
             continue

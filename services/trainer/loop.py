@@ -24,7 +24,7 @@ from services.common.frames import FrameStore
 from services.reward import RewardResult, make_reward_client
 from services.reward.client import RewardServiceError
 from services.rollout.samples import RolloutGroup
-from services.rollout.sources import RealtimeSource
+from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.trainer import checkpoints as ckpt
 from services.trainer.algorithms import (
     KLMode,
@@ -242,10 +242,15 @@ class Trainer:
             if cfg.data.source_mode == "realtime_only"
             else None
         )
+        rollout = cfg.effective_rollout()
+        self.images = ImageFiles(
+            {}, factor=self.checkpoint.family.factor, min_pixels=rollout.image_min_pixels,
+            max_pixels=rollout.image_max_pixels,
+        )  # fmt: skip
         work = self.output_dir / "data"
         common = dict(
             cfg=cfg.data, family=family, tokenizer=tokenizer, store=self.store, work_dir=work,
-            realtime=self.realtime, system_prompt=cfg.data.system_prompt,
+            realtime=self.realtime, system_prompt=cfg.data.system_prompt, images=self.images,
         )  # fmt: skip
         self.train_samples, self.train_report = prepare_split(cfg.data.train_files, split="train", **common)
         self.val_samples, self.val_report = (
@@ -274,15 +279,21 @@ class Trainer:
             len(self.val_samples),
         )
 
+    @property
+    def source(self) -> WithImages:
+        """Where the engine and the actor read frames: the store (or, realtime_only, the decoder) and the
+        run's still images."""
+        return WithImages(self.realtime if self.realtime is not None else self.store, self.images)
+
     def _setup_models(self, model_path: str) -> None:
         cfg = self.config
-        source = self.realtime if self.realtime is not None else self.store
+        source = self.source
         if cfg.trainer.use_ray:
             from services.trainer.ray_group import RayActorGroup
 
             self.group = RayActorGroup(
                 cfg, model_path, self.store.root, cfg.effective_rollout(), realtime=self.realtime,
-                cpus_per_rank=cfg.trainer.ray_cpus_per_rank,
+                images=self.images, cpus_per_rank=cfg.trainer.ray_cpus_per_rank,
             )  # fmt: skip
         else:
             self.group = LocalActorGroup(cfg, model_path, source, cfg.effective_rollout())
@@ -293,9 +304,8 @@ class Trainer:
         """The vLLM engine, in this process (its workers are its own processes)."""
         from services.rollout.engine import RolloutEngine
 
-        source = self.realtime if self.realtime is not None else self.store
         self.engine = RolloutEngine(
-            model_path, self.config.effective_rollout(), source=source, reward_client=self.reward_client
+            model_path, self.config.effective_rollout(), source=self.source, reward_client=self.reward_client
         )
 
     # ------------------------------------------------------------------ the loop -----------------------
@@ -387,6 +397,7 @@ class Trainer:
                 entropy_coef=cfg.actor.entropy_coef,
                 temperature=temperature,
                 offline_term=self._offline_term(step),
+                offline_weight=cfg.mix.offline_weight,
             )
         metrics["actor/lr"] = self.group.scheduler_step()
         with timer("weight_sync"):

@@ -25,7 +25,7 @@ import torch
 
 from services.rollout.config import RolloutConfig
 from services.rollout.samples import RolloutGroup, RolloutSample
-from services.rollout.sources import RealtimeSource
+from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.trainer.config import TrainConfig
 from services.trainer.sequences import as_dicts, shard
 from services.trainer.update import SequenceTargets, combine_rank_metrics
@@ -66,6 +66,7 @@ class ActorWorker:
         frame_root: str,
         rollout: dict[str, Any],
         realtime: RealtimeSource | None,
+        images: ImageFiles | None = None,
     ) -> dict[str, Any]:
         import ray
         import torch.distributed as dist
@@ -88,7 +89,9 @@ class ActorWorker:
                 WORLD_SIZE=str(self.world_size),
             )
             dist.init_process_group("nccl" if cuda else "gloo", rank=self.rank, world_size=self.world_size)
-        source = realtime if realtime is not None else FrameStore(frame_root)
+        source: Any = realtime if realtime is not None else FrameStore(frame_root)
+        if images is not None:
+            source = WithImages(source, images)
         self.group = LocalActorGroup(cfg, model_path, source, RolloutConfig.model_validate(rollout))
         return {
             "rank": self.rank,
@@ -142,6 +145,7 @@ class RayActorGroup:
     Each rank asks for ``cpus_per_rank`` CPUs and ``gpus_per_rank`` GPUs (None: one GPU when the cluster
     has GPUs, none otherwise). ``realtime``: the run's realtime source (``data.source_mode:
     realtime_only``); it holds video paths and parameters only, and each rank decodes its own clips.
+    ``images``: the run's still images (paths by key), read by each rank.
     ``save`` and ``load_optimizer`` folders must be reachable by every rank (a shared filesystem on a
     cluster).
     """
@@ -154,6 +158,7 @@ class RayActorGroup:
         rollout: RolloutConfig,
         *,
         realtime: RealtimeSource | None = None,
+        images: ImageFiles | None = None,
         cpus_per_rank: float = CPUS_PER_RANK,
         gpus_per_rank: float | None = None,
     ) -> None:
@@ -170,7 +175,7 @@ class RayActorGroup:
             addr, port = self._gather([self.workers[0].address.remote()], "address")[0]
             self.info = self._call(
                 "setup", addr, port, config.model_dump(mode="json"), str(model_path), str(frame_root),
-                rollout.model_dump(mode="json"), realtime,
+                rollout.model_dump(mode="json"), realtime, images,
             )  # fmt: skip
         except BaseException:
             self.shutdown()

@@ -21,7 +21,30 @@ def prompt_inputs(
     """The HF processor's view of a sample's prompt and frames, exactly as the engine asked for them."""
     media = load_media(sample, source, checkpoint.family, config.video_max_pixels)
     text = render_prompt(checkpoint.processor, sample)
-    return PromptInputs.from_processor(sample.id, processor_inputs(checkpoint.processor, text, media, config))
+    prompt = PromptInputs.from_processor(
+        sample.id, processor_inputs(checkpoint.processor, text, media, config)
+    )
+    check_placeholders(prompt, checkpoint)
+    return prompt
+
+
+def check_placeholders(prompt: PromptInputs, checkpoint: Checkpoint) -> None:
+    """Each modality's placeholder tokens must number its vision features (grid t·h·w / merge²): the
+    model would otherwise fail mid-batch without saying which sample, or FSDP ranks would fall out of
+    step. Raises naming the sample."""
+    merge = checkpoint.family.merge_size**2
+    for name, token, grids in (
+        ("image", checkpoint.image_token_id, "image_grid_thw"),
+        ("video", checkpoint.video_token_id, "video_grid_thw"),
+    ):
+        grid = prompt.vision.get(grids)
+        features = int(grid.prod(dim=-1).sum()) // merge if grid is not None else 0
+        tokens = prompt.input_ids.count(token)
+        if tokens != features:
+            raise ValueError(
+                f"sample {prompt.sample_id!r}: {tokens} {name} placeholder token(s) in the prompt for "
+                f"{features} {name} feature(s); the prompt and its {name}s disagree"
+            )
 
 
 def build_sequences(

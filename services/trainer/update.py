@@ -57,12 +57,14 @@ def update_policy(
     entropy_coef: float,
     temperature: float,
     offline_term: str,
+    offline_weight: float = 1.0,
 ) -> dict[str, float]:
     """``actor.config.ppo_epochs`` passes over ``mini_batches`` optimizer steps; returns mean metrics.
 
     ``offline_term``: ``likelihood`` scores offline responses with ratio exp(logp - sg(logp)) (their
     "old" log-probs are the current ones, so the gradient is the advantage-weighted log-likelihood);
     ``luffy``: LUFFY's shaping for offline tokens (``algorithm.policy_loss`` is luffy).
+    ``offline_weight`` multiplies the offline responses' advantages (``mix.offline_weight``).
     """
     cfg = actor.config
     _, world = actor.rank, actor.world_size
@@ -92,6 +94,7 @@ def update_policy(
                     actor, mb, [sequences[i] for i in rows], [targets[i] for i in rows], algorithm,
                     loss_name=loss_name, params=params, total=total, world=world, kl_coef=kl_coef,
                     entropy_coef=entropy_coef, temperature=temperature, offline_term=offline_term,
+                    offline_weight=offline_weight,
                 )  # fmt: skip
                 for k, v in metrics.items():
                     if not mb.dummy:
@@ -147,6 +150,7 @@ def _micro_step(
     entropy_coef: float,
     temperature: float,
     offline_term: str,
+    offline_weight: float,
 ) -> dict[str, float]:
     width = mb.response_mask.shape[1]
     metrics_extra: dict[str, float] = {}
@@ -160,6 +164,8 @@ def _micro_step(
         old = pad_rows([t.old_log_probs.tolist() for t in tg], width).to(actor.device)
     adv = pad_rows([t.advantages.tolist() for t in tg], width).to(actor.device)
     offline = torch.tensor([s.offline for s in seqs], device=actor.device)
+    if offline_weight != 1.0 and offline.any():
+        adv = adv * torch.where(offline, offline_weight, 1.0).unsqueeze(-1)
     if offline_term == "likelihood" and offline.any():
         # ratio exp(logp - sg(logp)) = 1 with the gradient of logp: the advantage-weighted likelihood
         old = torch.where(offline.unsqueeze(-1), log_probs.detach(), old)
@@ -193,7 +199,7 @@ def _micro_step(
             global_normaliser=total,
         )
         metrics["entropy_loss"] = float(ent.detach())
-        metrics["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+        metrics["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
         if entropy_coef:
             total_loss = total_loss - entropy_coef * ent
     # FSDP averages gradients over ranks; the losses above are already shares of the global count.

@@ -4,6 +4,7 @@ FSDP and Ray actor groups can be compared with the single-process one on identic
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
@@ -66,6 +67,32 @@ def build_world(root: Path, samples: int = 2) -> World:
     return World(model=model, frames=store.root, samples=made, output=root / "out")
 
 
+IMAGE_SIZE = (56, 84)  # (H, W): 4 x 6 patches of 14, 6 image tokens after the 2 x 2 merge
+
+
+def with_modalities(world: World) -> World:
+    """``world`` with two still images in its store and its samples replaced by: two image questions,
+    two video questions (the first two video samples) and one text-only question, in that order."""
+    store = world.store
+    made = []
+    for i in range(2):
+        key = f"still-{i}"
+        pixels = torch.randint(
+            0, 256, (1, *IMAGE_SIZE, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(i)
+        )
+        # single-frame entries carry no decode parameters (the processor sizes them)
+        store.put(key, pixels, {"source": "synthetic", "params": {}})
+        made.append(
+            RolloutSample(id=f"img{i}", prompt=f"Image {i}: what is in the picture?", images=(key,),
+                          offline_output="<answer>A</answer>")
+        )  # fmt: skip
+    made += list(world.samples[:2])
+    made.append(
+        RolloutSample(id="text", prompt="Which letter comes after A?", offline_output="<answer>B</answer>")
+    )
+    return dataclasses.replace(world, samples=tuple(made))
+
+
 def train_config(world: World, **actor: Any) -> TrainConfig:
     """fp32, AdamW with eps 1: its first step is lr·g/(|g|+1) ≈ lr·g, not lr·sign(g), so equal weights
     after a step mean equal gradients (scale included); no clipping to hide a scale error either."""
@@ -80,8 +107,11 @@ def train_config(world: World, **actor: Any) -> TrainConfig:
     )
 
 
-def make_groups(world: World, config: RolloutConfig, lengths: list[list[int]]) -> list[RolloutGroup]:
-    """One group per sample (the first ``len(lengths)`` samples) with responses of the given lengths:
+def make_groups(
+    world: World, config: RolloutConfig, lengths: list[list[int]], samples: list[RolloutSample] | None = None
+) -> list[RolloutGroup]:
+    """One group per sample (``samples``, default the world's first ``len(lengths)``) with responses of
+    the given lengths:
     random ordinary tokens (no vision placeholder or special token), the prompt ids exactly as the
     processor makes them."""
     checkpoint = Checkpoint.load(world.model)
@@ -89,7 +119,7 @@ def make_groups(world: World, config: RolloutConfig, lengths: list[list[int]]) -
     ordinary = [i for i in range(len(checkpoint.tokenizer)) if i not in special]
     generator = torch.Generator().manual_seed(0)
     groups = []
-    for sample, row in zip(world.samples[: len(lengths)], lengths, strict=True):
+    for sample, row in zip(samples or world.samples[: len(lengths)], lengths, strict=True):
         prompt = prompt_inputs(sample, checkpoint, world.store, config).input_ids
         responses = [
             RolloutResponse(
@@ -115,14 +145,16 @@ def advantages(groups: list[RolloutGroup]) -> list[torch.Tensor]:
 UPDATE = dict(kl_coef=0.0, entropy_coef=0.0, temperature=1.0, offline_term="likelihood")
 
 
-def run_step(world: World, config: TrainConfig, groups: list[RolloutGroup]) -> dict[str, Any]:
+def run_step(
+    world: World, config: TrainConfig, groups: list[RolloutGroup], samples: list[RolloutSample] | None = None
+) -> dict[str, Any]:
     """One on-policy step on this rank (the only one, or one of an initialised process group): old
     log-probs from their own pass, then the update. Returns what the comparisons need; the full
     weights (before and after) on rank 0 only."""
     group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
     try:
         initial = {k: v.clone() for k, v in group.state_dict().items()}
-        group.load_batch(list(world.samples[: len(groups)]), groups)
+        group.load_batch(samples or list(world.samples[: len(groups)]), groups)
         actor = group.actor
         micro = actor.micro_batches(group.sequences, actor.positions(group.sequences))
         ran = actor.aligned(micro)
@@ -150,13 +182,14 @@ def free_port() -> int:
 def fsdp_rank(
     rank: int, world_size: int, port: int, world: World, cases: dict[str, tuple], out: Path
 ) -> None:
-    """A spawned FSDP rank: ``run_step`` for every case, results to ``out/<case>-rank<r>.pt``. A hang
+    """A spawned FSDP rank: ``run_step`` for every case (``(config, groups)`` or ``(config, groups,
+    samples)``), results to ``out/<case>-rank<r>.pt``. A hang
     becomes an error after two minutes (the gloo timeout), not a stuck test."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
     try:
-        for name, (config, groups) in cases.items():
-            torch.save(run_step(world, config, groups), out / f"{name}-rank{rank}.pt")
+        for name, case in cases.items():
+            torch.save(run_step(world, *case), out / f"{name}-rank{rank}.pt")
     finally:
         dist.destroy_process_group()

@@ -3,6 +3,7 @@ concatenated in sequence order, and the logits columns that score the responses.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from services.trainer.batch import PromptInputs, TokenSequence, collate, pack
@@ -53,3 +54,21 @@ def test_collate_layout() -> None:
     assert mb.inputs["position_ids"][0, 1].tolist() == [0, 10, 11, 12, 13, 14, 15]
     assert mb.inputs["pixel_values_videos"].tolist() == [[1.0] * 3] * 2 + [[0.0] * 3] * 2
     assert mb.inputs["video_grid_thw"].tolist() == [[1, 1, 2], [1, 2, 1]]
+
+
+def test_placeholder_and_feature_counts_must_agree_naming_the_sample() -> None:
+    from services.common.families import get_family
+    from services.rollout.checkpoint import Checkpoint
+    from services.trainer.sequences import check_placeholders
+
+    ckpt = Checkpoint(path="-", family=get_family("qwen2_5_vl"), processor=None, video_token_id=7,
+                      image_token_id=8, end_token_id=1)  # fmt: skip
+    # a (2, 4, 4) video grid is 32 patches, 8 merged features; one (1, 2, 4) image: 2 features
+    vision = {"video_grid_thw": torch.tensor([[2, 4, 4]]), "image_grid_thw": torch.tensor([[1, 2, 4]])}
+    check_placeholders(PromptInputs("ok", [1] + [7] * 8 + [8] * 2 + [3], vision), ckpt)
+    with pytest.raises(ValueError, match=r"sample 'short': 7 video placeholder token\(s\) .* for 8 video"):
+        check_placeholders(PromptInputs("short", [7] * 7 + [8] * 2, vision), ckpt)
+    with pytest.raises(ValueError, match=r"sample 'stray': 1 image placeholder token\(s\) .* for 0 image"):
+        check_placeholders(
+            PromptInputs("stray", [7] * 8 + [8], {"video_grid_thw": vision["video_grid_thw"]}), ckpt
+        )

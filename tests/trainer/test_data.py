@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from services.common.frames import FrameStore
 from services.common.synthetic_tasks import make_task_datasets
@@ -98,3 +99,43 @@ def test_unknown_problem_type_fails_at_start(reelrl_home: Path, dataset, tokeniz
         prepare_split(
             [str(path)], _cfg(), "qwen2_5_vl", tokenizer, FrameStore.from_settings(), tmp_path, split="train"
         )
+
+
+def test_image_samples_are_read_from_their_files_within_the_image_budget(
+    reelrl_home: Path, tokenizer, tmp_path: Path
+) -> None:
+    from services.common.families import get_family
+    from services.common.synthetic_tasks import make_image_task
+    from services.rollout.sources import ImageFiles, WithImages
+
+    path = make_image_task(tmp_path / "data", 3, size=56)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    (path.parent / "images" / "broken.png").write_bytes(b"not a png")
+    rows.append({**rows[0], "id": "broken-image", "images": ["images/broken.png"]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = FrameStore.from_settings()
+    # at most 2 merged patches' worth of pixels: the 56x56 image (4 tokens at full size) keeps its shape
+    # and is read at 28x28
+    images = ImageFiles({}, factor=28, min_pixels=784, max_pixels=2 * 784)
+    samples, report = prepare_split(
+        [str(path)], _cfg(source_mode="cached_only"), "qwen2_5_vl", tokenizer, store, tmp_path / "work",
+        split="train", images=images,
+    )  # fmt: skip
+    # images are never preprocessed (cached_only does not refuse them); the unreadable one is dropped
+    assert (report.loaded, report.kept, report.dropped_decode, report.preprocessed) == (4, 3, 1, 0)
+    assert any("broken-image" in e for e in report.errors)
+    first = samples[0]
+    assert first.rollout.videos == () and len(first.rollout.images) == 1
+    key = first.rollout.images[0]
+    assert images.images[key] == str(path.parent / "images" / rows[0]["images"][0].split("/")[-1])
+    frames, meta = WithImages(store, images).load(key, None)
+    assert tuple(frames.shape) == (1, 28, 28, 3) and frames.dtype == torch.uint8
+    assert (meta["source_width"], meta["source_height"], meta["width"], meta["height"]) == (56, 56, 28, 28)
+    # (28/14)·(28/14)/2² = 1 image token; the reward sees the frame size the model sees
+    text = len(tokenizer(first.rollout.prompt, add_special_tokens=False).input_ids)
+    assert first.prompt_tokens == text + 1 + 16
+    assert (first.reward["width"], first.reward["height"]) == (28, 28)
+    assert get_family("qwen2_5_vl").factor == 28
+    # without an image source an image sample is refused at start, naming it
+    with pytest.raises(DataError, match="image-colour-0000"):
+        prepare_split([str(path)], _cfg(), "qwen2_5_vl", tokenizer, store, tmp_path / "w2", split="train")

@@ -1,6 +1,8 @@
 """FSDP2: two ranks (spawned processes, gloo) make the same update as one rank on the same global batch,
 also when they hold different numbers of micro-batches (the short rank runs dummy forwards that change
-nothing instead of leaving the other waiting), and the first update of a step is on-policy (ratio 1)."""
+nothing instead of leaving the other waiting), and when one rank holds only images (or only text) and
+the other only videos (zero-weight vision passes keep them in step), and the first update of a step is
+on-policy (ratio 1)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,15 @@ import pytest
 import torch
 
 from services.trainer.sequences import covering, shard
-from tests.trainer.actor_steps import build_world, free_port, fsdp_rank, make_groups, run_step, train_config
+from tests.trainer.actor_steps import (
+    build_world,
+    free_port,
+    fsdp_rank,
+    make_groups,
+    run_step,
+    train_config,
+    with_modalities,
+)
 
 TOLERANCE = 1e-5
 RANKS_TIMEOUT_S = 300.0
@@ -54,11 +64,26 @@ def steps(tmp_path_factory: pytest.TempPathFactory) -> Steps:
     # Shares: rank 0 (P+2, P+12, P+6), rank 1 (P+6) x 3. With room for 3 x (P+6) tokens, rank 1 packs
     # one micro-batch and rank 0 two (its third sequence would pad to 3 x (P+12)).
     budget = 3 * (prompt + 6) + 1
+    # Joint image-video batches: rank 0 holds only the image questions, rank 1 only the video ones
+    # (then only a text question vs a video one); one rank holds both in one micro-batch.
+    modal = with_modalities(world).samples
+    images_videos = list(modal[:4])
+    text_video = [modal[4], modal[2]]
     cases = {
         "even": (train_config(world), even),
         "uneven": (train_config(world, micro_batch_tokens=budget), uneven),
+        "images_videos": (
+            train_config(world),
+            make_groups(world, rollout, [[3, 5], [4, 6], [5, 9], [7, 3]], images_videos),
+            images_videos,
+        ),
+        "text_video": (
+            train_config(world),
+            make_groups(world, rollout, [[4, 6], [5, 3]], text_video),
+            text_video,
+        ),
     }
-    single = {name: run_step(world, config, groups) for name, (config, groups) in cases.items()}
+    single = {name: run_step(world, *case) for name, case in cases.items()}
     out = root / "ranks"
     out.mkdir()
     context = torch.multiprocessing.start_processes(
@@ -85,7 +110,7 @@ def largest_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float
 
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("case", ["even", "uneven"])
+@pytest.mark.parametrize("case", ["even", "uneven", "images_videos", "text_video"])
 def test_two_ranks_update_like_one(steps: Steps, case: str) -> None:
     one, (rank0, rank1) = steps.single[case], steps.ranks[case]
     assert rank1["final"] == {}  # the full weights are gathered on rank 0 only
@@ -116,7 +141,7 @@ def test_uneven_ranks_run_equally_many_forwards(steps: Steps) -> None:
 
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("case", ["even", "uneven"])
+@pytest.mark.parametrize("case", ["even", "uneven", "images_videos", "text_video"])
 def test_first_update_is_on_policy(steps: Steps, case: str) -> None:
     """Old log-probs from their own no-grad pass; the update's forward must reproduce them: ratio 1."""
     for metrics in [steps.single[case]["metrics"]] + [r["metrics"] for r in steps.ranks[case]]:

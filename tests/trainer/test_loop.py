@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from services.common.synthetic_tasks import make_task_datasets
+from services.common.synthetic_tasks import make_image_task, make_task_datasets
 from services.common.tiny_models import build_tiny_model
 from services.trainer.data import StatefulLoader
 from services.trainer.tracking import read_metrics, run_id_for
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("loop-assets")
     out = {k: Path(v) for k, v in make_task_datasets(root / "data", train_videos=16, val_videos=8).items()}
+    out["colour_images_mix"] = make_image_task(root / "data", 8)
     out["qwen2_5_vl"] = build_tiny_model("qwen2_5_vl", root / "tiny-qwen2_5_vl", seed=0)
     out["qwen3_vl"] = build_tiny_model("qwen3_vl", root / "tiny-qwen3_vl", seed=0)
     return out
@@ -142,11 +143,13 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
 
 
 def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_path: Path) -> None:
-    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, vLLM in the driver."""
+    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, vLLM in the driver, on
+    joint image-video data (still images read from their files beside the engine and on each rank)."""
     out = tmp_path / "ray-run"
     args = overrides(
         assets, out,
-        **{"trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.use_ray": "true", "actor.world_size": 2},
+        **{"trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.use_ray": "true", "actor.world_size": 2,
+           "data.train_files": f"[{assets['colour_mix']},{assets['colour_images_mix']}]"},
     )  # fmt: skip
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
     proc = subprocess.run(
@@ -155,6 +158,9 @@ def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_p
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
+    batches = [json.loads(line)["samples"] for line in (out / "batches.jsonl").read_text().splitlines()]
+    used = [i for b in batches for i in b]
+    assert any(i.startswith("image-") for i in used) and any(not i.startswith("image-") for i in used)
     for r in rows[1:]:
         # the ranks' shares were scored as vLLM sampled them, and both updated the same weights
         assert r["actor/rollout_logprob_diff_max"] < 1e-4
