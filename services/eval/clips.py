@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from services.common.families import FamilyName
-from services.common.frames import FrameStore, VideoParams, clip_key
+from services.common.frames import DecodeError, FrameStore, VideoParams, clip_key
 from services.common.frames.hashing import content_hash
 from services.common.samples import Sample
 
@@ -80,11 +80,16 @@ class ClipPlanner:
                 continue
             for raw in sample.videos:
                 path = (video_root / raw).resolve()
-                if not path.is_file():
+                if not (path.is_file() or path.is_dir()):  # a directory is a frame folder
                     item.error = f"video file not found: {path}"
                     break
+                try:
+                    source_hash = self._hash(path)
+                except DecodeError as exc:  # a frame folder without usable frame images
+                    item.error = str(exc)
+                    break
                 item.files.append(path)
-                item.keys.append(clip_key(self._hash(path), item.params))
+                item.keys.append(clip_key(source_hash, item.params))
         return planned
 
     def missing(self, planned: Sequence[PlannedSample]) -> list[PlannedSample]:

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.common.frames import DecodeError
+from services.common.frames.folder import frame_files
+
 
 class InputError(ValueError):
     """A row or a path that cannot be used; the message names the row and the reason."""
@@ -54,7 +57,8 @@ def _with_videos(n: int, data: dict[str, Any]) -> Row:
 
 
 def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path]) -> Path:
-    """The file a row's video path names. With data roots configured it must lie inside one."""
+    """The file (or frame folder) a row's video path names. With data roots configured it must lie
+    inside one."""
     given = Path(raw)
     if data_roots:
         roots = [r.resolve() for r in data_roots]
@@ -75,8 +79,15 @@ def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path]) -> Path:
 
 
 def _check_file(raw: str, path: Path) -> Path:
+    if path.is_dir():
+        # a frame folder (numbered images); its listing problems are input errors, caught here once
+        try:
+            frame_files(path)
+        except DecodeError as exc:
+            raise InputError(f"{raw}: not a usable frame folder: {exc}") from None
+        return path
     if not path.is_file():
-        raise InputError(f"{raw}: not a regular file ({path})")
+        raise InputError(f"{raw}: not a regular file or a frame folder ({path})")
     if path.stat().st_size == 0:
         raise InputError(f"{raw}: file is empty (0 bytes)")
     return path

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from services.common.celery_app import make_celery, queue_for
 from services.common.db import ClipStatus, session_scope
 from services.common.frames import FrameStore, VideoParams, clip_key
-from services.common.frames.hashing import content_hash
+from services.common.frames.hashing import content_hash, source_size
 from services.common.frames.index import Requested, register_asset, request_clip, statuses
 from services.common.settings import Settings, get_settings
 from services.preprocess.dataset import (
@@ -75,7 +75,8 @@ def _plan(rows: list[Row], dataset_dir: Path, base: VideoParams, settings: Setti
             stamp = (path, st.st_size, st.st_mtime_ns)
             if stamp not in hashes:
                 hashes[stamp] = content_hash(path)
-            items.append((path, params, clip_key(hashes[stamp], params), hashes[stamp], st.st_size))
+            size = source_size(path)
+            items.append((path, params, clip_key(hashes[stamp], params), hashes[stamp], size))
         if row.error is None:
             plan[i] = items
     return plan

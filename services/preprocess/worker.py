@@ -62,14 +62,19 @@ class _Lease:
 
 
 def _source_path(paths: list[str], expected_hash: str) -> Path:
-    """A known path of the asset that still holds the same bytes."""
+    """A known path of the asset (a file or a frame folder) that still holds the same bytes."""
     reasons = []
     for raw in paths:
         path = Path(raw)
-        if not path.is_file():
+        if not (path.is_file() or path.is_dir()):
             reasons.append(f"{raw}: missing")
             continue
-        if content_hash(path) != expected_hash:
+        try:
+            current = content_hash(path)
+        except DecodeError as exc:  # a frame folder emptied or renamed since it was queued
+            reasons.append(f"{raw}: {exc}")
+            continue
+        if current != expected_hash:
             reasons.append(f"{raw}: content changed since it was queued")
             continue
         return path

@@ -156,3 +156,27 @@ def test_an_image_key_must_hold_one_frame():
     sample = RolloutSample(id="s9", prompt="q", images=("img",))
     with pytest.raises(MediaError, match=r"sample 's9', image img: expected one uint8 frame"):
         load_media(sample, DictSource({"img": (frames(2, 28, 28), {})}), QWEN25, video_max_pixels=None)
+
+
+def test_a_windowed_clip_reaches_the_model_as_the_pre_cut_clip(tmp_path):
+    """Qwen3-VL's timestamps (what the prompt shows) count from the window's first frame, as when the
+    official protocols feed a clip cut to the window."""
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
+    from services.common.frames import FrameStore, clip_key, decode_clip
+    from services.common.frames.hashing import content_hash
+    from services.common.frames.synthetic import make_colour_change_video
+
+    path = make_colour_change_video(tmp_path / "change.mp4")  # 2 s at 10 fps
+    params = VideoParams(family="qwen3_vl", fps=None, nframes=4, window={"start": 1.0, "end": 2.5})
+    store = FrameStore(tmp_path / "frames")
+    key = clip_key(content_hash(path), params)
+    store.put(key, *decode_clip(path, params))
+    sample = RolloutSample(id="s", prompt="p", videos=(key,), clip_params=(params.canonical(),))
+    ((_, meta),) = load_media(sample, store, get_family("qwen3_vl"), None).videos
+    # source frames 10, 13, 16, 19 of the window's 10 (frames 10-19)
+    assert (meta["frames_indices"], meta["total_num_frames"], meta["fps"]) == ([0, 3, 6, 9], 10, 10.0)
+    assert meta["duration"] == pytest.approx(1.0)
+    # one timestamp per temporal patch of 2 frames: (0.0 + 0.3) / 2, (0.6 + 0.9) / 2
+    stamps = Qwen3VLProcessor._calculate_timestamps(None, meta["frames_indices"], meta["fps"], 2)
+    assert stamps == pytest.approx([0.15, 0.75])

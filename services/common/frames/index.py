@@ -257,7 +257,11 @@ def ready_values(meta: dict[str, Any], nbytes: int) -> dict[str, Any]:
 def record_source_facts(session: Session, key: str, meta: dict[str, Any]) -> None:
     """Copy the source video's facts from a clip's metadata onto its asset."""
     asset = session.scalars(select(VideoAsset).join(FrameClip).where(FrameClip.key == key)).one()
-    asset.duration_s, asset.fps, asset.frame_count = meta["duration"], meta["fps"], meta["total_num_frames"]
+    # A windowed clip's duration and frame count are the window's; its source's carry ``source_``
+    # names (entries written before windows existed have only the plain ones, and no window).
+    asset.duration_s = meta.get("source_duration", meta["duration"])
+    asset.frame_count = meta.get("source_total_num_frames", meta["total_num_frames"])
+    asset.fps = meta["fps"]
     asset.height, asset.width = meta["source_height"], meta["source_width"]
 
 

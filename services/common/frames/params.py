@@ -13,6 +13,8 @@ from services.common.families import FamilyName, get_family
 # Bump when sampling or resizing changes in a way that changes stored frames: every key changes.
 # /2: frames are oriented as displayed and edit lists are honoured by every decoder.
 # /3: source frame count and rate come from the container's timestamps (frames.timing), not headers.
+# Not bumped for clip windows and frame folders: whole-file clips sample exactly as before, and the
+# new rules only apply to keys that carry ``window`` or ``folder_fps``, which no earlier key did.
 SAMPLING_VERSION = "qwen-vl-utils-0.0.14/3"
 
 # qwen-vl-utils 0.0.14 defaults (vision_process.py), expressed per merged patch ("token").
@@ -23,6 +25,29 @@ DEFAULT_MAX_FRAMES = 768
 VIDEO_MIN_TOKENS = 128
 VIDEO_MAX_TOKENS = 768
 MODEL_SEQ_LEN = 128_000
+
+
+class ClipWindow(BaseModel):
+    """A span of the source video in seconds of its timeline (frame index / source fps).
+
+    The clip samples only the frames inside it, as qwen-vl-utils does for ``video_start`` /
+    ``video_end`` (:func:`services.common.frames.sampling.window_range`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: float = Field(ge=0, allow_inf_nan=False)
+    end: float = Field(allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClipWindow:
+        if self.end <= self.start:
+            raise ValueError(f"window end ({self.end}) must be after its start ({self.start})")
+        return self
+
+    def canonical(self) -> dict[str, float]:
+        # floats always, so a window given as 3 and as 3.0 is one clip
+        return {"start": float(self.start), "end": float(self.end)}
 
 
 class VideoParams(BaseModel):
@@ -38,6 +63,10 @@ class VideoParams(BaseModel):
     min_pixels: int | None = Field(default=None, gt=0)
     max_pixels: int | None = Field(default=None, gt=0)
     total_pixels: int | None = Field(default=None, gt=0)
+    # Sample only this span of the source (None: the whole video).
+    window: ClipWindow | None = None
+    # Frame rate of a frame-folder source (a directory of numbered images), which no container declares.
+    folder_fps: float | None = Field(default=None, gt=0, le=240)
 
     @model_validator(mode="after")
     def _check(self) -> VideoParams:
@@ -78,9 +107,13 @@ class VideoParams(BaseModel):
         return MODEL_SEQ_LEN * self.factor**2 * 0.9
 
     def canonical(self) -> dict[str, Any]:
-        """Every parameter that decides the frames, defaults resolved: the identity of a clip."""
+        """Every parameter that decides the frames, defaults resolved: the identity of a clip.
+
+        ``window`` and ``folder_fps`` appear only when set, so a whole-file clip keeps the key it had
+        before they existed.
+        """
         fam = get_family(self.family)
-        return {
+        canonical: dict[str, Any] = {
             "family": fam.name.value,
             "patch_size": fam.patch_size,
             "merge_size": fam.merge_size,
@@ -94,6 +127,11 @@ class VideoParams(BaseModel):
             "total_pixels": self.resolved_total_pixels,
             "sampling_version": SAMPLING_VERSION,
         }
+        if self.window is not None:
+            canonical["window"] = self.window.canonical()
+        if self.folder_fps is not None:
+            canonical["folder_fps"] = float(self.folder_fps)
+        return canonical
 
     @classmethod
     def from_canonical(cls, canonical: dict[str, Any]) -> VideoParams:
@@ -111,6 +149,15 @@ class VideoParams(BaseModel):
         merged = self.model_dump()
         merged.update(overrides)
         return VideoParams.model_validate(merged)
+
+
+def window_overrides(start: Any, end: Any) -> dict[str, Any] | None:
+    """``video_params`` restricting a clip to [start, end] seconds of its video (None when a bound is
+    missing, empty as in a CSV cell). Validated where the parameters are built, so a bad window fails
+    only its own sample."""
+    if start in (None, "") or end in (None, ""):
+        return None
+    return {"window": {"start": start, "end": end}}
 
 
 def canonical_json(value: Any) -> str:

@@ -14,39 +14,71 @@ from typing import Any
 import torch
 
 from services.common.frames.decoders import DECODERS, DecodeError, DecodeTimeout, call_with_deadline
+from services.common.frames.folder import FrameFolder
 from services.common.frames.params import VideoParams
 from services.common.frames.resize import resize_frames, target_size
-from services.common.frames.sampling import frame_indices, num_frames
+from services.common.frames.sampling import frame_indices, num_frames, window_range
+from services.common.frames.timing import SourceTiming
 
 DEFAULT_DECODERS = ("decord", "pyav")
+# A directory is read by the frame-folder reader whatever the decoders are: no video decoder opens one.
+FOLDER_BACKEND = "folder"
+
+
+def _open(name: str, path: Path, params: VideoParams, threads: int):
+    if name == FOLDER_BACKEND:
+        return FrameFolder(path, params.folder_fps)
+    if params.folder_fps is not None:
+        raise ValueError(
+            f"{path}: folder_fps applies to frame folders only; this is a file (drop folder_fps)"
+        )
+    return DECODERS[name](path, threads)
 
 
 def _decode_with(name: str, path: Path, params: VideoParams, threads: int) -> tuple[torch.Tensor, dict]:
     t0 = time.perf_counter()
-    video = DECODERS[name](path, threads)
+    video = _open(name, path, params, threads)
     try:
         info = video.info
         timing = info.timing
-        n = num_frames(params, timing.total_frames, timing.fps)
-        indices = frame_indices(timing.total_frames, n)
-        raw = video.read(indices)
+        first, last = window_range(params.window, timing.total_frames, timing.fps)
+        total = last - first + 1
+        n = num_frames(params, total, timing.fps)
+        source_indices = frame_indices(total, n, first)
+        raw = video.read(source_indices)
     finally:
         video.close()
     t1 = time.perf_counter()
     height, width = target_size(params, info.height, info.width, n)
     frames = resize_frames(torch.from_numpy(raw), height, width)
     t2 = time.perf_counter()
+    # A windowed clip is described as the pre-cut clip the official protocols feed: its frame count,
+    # duration, indices and timestamps count from the window's first frame, so the model's temporal
+    # positions (Qwen3-VL's timestamps) start at 0. The source's own facts keep ``source_`` names.
+    indices = [i - first for i in source_indices]
+    clip_timing = SourceTiming(total, timing.fps)
     meta = {
         "params": params.canonical(),
         "fps": timing.fps,
-        "total_num_frames": timing.total_frames,
-        "duration": timing.duration,
+        "total_num_frames": total,
+        "duration": clip_timing.duration,
+        "source_total_num_frames": timing.total_frames,
+        "source_duration": timing.duration,
         "source_height": info.height,
         "source_width": info.width,
         "codec": info.codec,
+        "window": None
+        if params.window is None
+        else {
+            **params.window.canonical(),
+            "first_frame": first,
+            "last_frame": last,
+            "offset_s": first / timing.fps,
+        },
         "frames_indices": indices,
-        "timestamps": timing.timestamps(indices),
-        "sample_fps": n / timing.total_frames * timing.fps,
+        "timestamps": clip_timing.timestamps(indices),
+        "source_frames_indices": source_indices,
+        "sample_fps": n / total * timing.fps,
         "num_frames": n,
         "height": height,
         "width": width,
@@ -68,13 +100,17 @@ def decode_clip(
     """Frames (T, H, W, 3) uint8 and their metadata for ``path`` under ``params``.
 
     Decoders are tried in order; a decoder that cannot read the file hands over to the next. A
-    timeout is final (the file is what hangs decoders). Raises DecodeError naming the file and every
-    decoder's reason, or ValueError when the parameters cannot apply to this video.
+    timeout is final (the file is what hangs decoders). A directory is a frame folder
+    (:mod:`services.common.frames.folder`), read at ``params.folder_fps``. Raises DecodeError naming
+    the file and every decoder's reason, or ValueError when the parameters cannot apply to this video
+    (WindowError for a window outside it).
     """
     path = Path(path)
     unknown = [d for d in decoders if d not in DECODERS]
     if unknown:
         raise ValueError(f"unknown decoder(s) {unknown}; known: {sorted(DECODERS)}")
+    if path.is_dir():
+        decoders = (FOLDER_BACKEND,)
     errors: list[str] = []
     for name in decoders:
         try:
@@ -95,7 +131,8 @@ def _versions(decoder: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"torch": torch.__version__}
-    for dist in ("reelrl", "decord" if decoder == "decord" else "av"):
+    library = {"decord": "decord", FOLDER_BACKEND: "pillow"}.get(decoder, "av")
+    for dist in ("reelrl", library):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:

@@ -90,3 +90,36 @@ def make_vfr_video(
             container.mux(packet)
     os.replace(tmp, path)
     return path
+
+
+def make_colour_change_video(
+    path: str | Path,
+    *,
+    seconds: float = 2.0,
+    fps: int = 10,
+    change_at: float = 1.0,
+    before: tuple[int, int, int] = (255, 0, 0),
+    after: tuple[int, int, int] = (0, 0, 255),
+    width: int = 64,
+    height: int = 48,
+) -> Path:
+    """Write an H.264 clip that is one flat colour, then another from ``change_at`` seconds on: frame
+    ``i`` (at ``i / fps`` s) shows ``before`` while ``i / fps < change_at``. Tells which part of the
+    timeline a sampled frame came from."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    with av.open(str(tmp), mode="w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": "18", "preset": "veryfast"}
+        for i in range(round(seconds * fps)):
+            img = np.empty((height, width, 3), dtype=np.uint8)
+            img[...] = before if i / fps < change_at else after
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    os.replace(tmp, path)
+    return path

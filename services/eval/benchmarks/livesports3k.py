@@ -2,9 +2,10 @@
 
 Files: ``LiveSports-3K-QA.json`` (a list) or the earlier ``LiveSports-3K-QA.csv``, records {video_id,
 question_id, q_type (Who/When/What), OCR (0/1), question, options (letter-prefixed; a list, or its
-Python/JSON text in the CSV), answer (letter), begin, end}. Videos ``videos/<video_id>.mp4``; the event
-window [begin, end] is kept on the sample (cut clips can be given through the video root). The official
-LiveCC scorer compares answer-letter likelihoods; a generated answer is read here instead.
+Python/JSON text in the CSV), answer (letter), begin, end}. Videos ``videos/<video_id>.mp4`` (whole
+broadcasts); the event window [begin, end] becomes the clip's window, so only the event is sampled, as
+in the official cut clips (option ``windows: false`` when the video root holds clips already cut to it).
+The official LiveCC scorer compares answer-letter likelihoods; a generated answer is read here instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from services.common.samples import Sample
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.files import read_rows, require
+from services.eval.benchmarks.mvbench import WindowOptions, clip_overrides
 from services.eval.benchmarks.registry import register
 
 
@@ -44,12 +46,14 @@ class LiveSports3K(Benchmark):
     annotations = ("LiveSports-3K-QA.json", "LiveSports-3K-QA.csv", "*.json", "*.csv")
     templates = fixed({"prompt": "{question}\n{options}\nPlease select the correct answer."})
     breakdowns = fixed({"q_type": "q_type", "ocr": "ocr"})
+    Options = WindowOptions
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []
         for path in files:
             for where, row in read_rows(path):
                 video = str(require(row, "video_id", where))
+                begin, end = row.get("begin"), row.get("end")
                 samples.append(
                     make_sample(
                         {
@@ -62,8 +66,9 @@ class LiveSports3K(Benchmark):
                             "answer": require(row, "answer", where),
                             "q_type": row.get("q_type"),
                             "ocr": str(row.get("OCR")) if row.get("OCR") is not None else None,
-                            "begin": row.get("begin"),
-                            "end": row.get("end"),
+                            "begin": begin,
+                            "end": end,
+                            "video_params": clip_overrides(begin, end, self.options),
                         },
                         where=where,
                     )

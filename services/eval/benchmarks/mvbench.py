@@ -4,6 +4,11 @@ Files: ``json/<task>.json``, each a list of {video, question, candidates [texts]
 candidate's text), start?, end?}. Videos under ``video/<task folder>/`` (below). The official runner
 (VideoChat2) also opens the assistant turn with "Best option:("; a chat-template engine cannot, so the
 instruction alone asks for the option.
+
+A record's [start, end] window (seconds) becomes its clip's window, so only that span is sampled, as
+VideoChat2 does (option ``windows: false`` when the video root holds clips already cut to it).
+episodic_reasoning's videos are folders of TVQA frames (``00001.jpg`` …) extracted at 3 fps
+(VideoChat2's ``read_frame(..., fps=3)``): they are read as frame folders at that rate.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.common.frames.params import window_overrides
 from services.common.samples import Sample
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.errors import BenchmarkError
@@ -41,6 +49,29 @@ TASK_FOLDERS = {
     "episodic_reasoning": "tvqa/frames_fps3_hq",
     "counterfactual_inference": "clevrer/video_validation",
 }
+# Tasks whose "videos" are folders of frames, and the rate the frames were extracted at.
+FRAME_FOLDER_FPS = {"episodic_reasoning": 3.0}
+
+
+class WindowOptions(BaseModel):
+    """Options of adapters whose records carry a time window of their video (MVBench, ODV-Bench,
+    LiveSports-3K)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    windows: bool = Field(
+        True,
+        description="sample only each record's time window of its video; false when the video root "
+        "holds clips already cut to the windows",
+    )
+
+
+def clip_overrides(start: object, end: object, options: WindowOptions, **fields: object) -> dict | None:
+    """A sample's ``video_params``: its window (unless switched off) plus ``fields``; None if empty."""
+    overrides = dict(fields)
+    if options.windows:
+        overrides.update(window_overrides(start, end) or {})
+    return overrides or None
 
 
 @register
@@ -49,6 +80,7 @@ class MVBench(Benchmark):
     title = "MVBench"
     annotations = ("json/*.json",)
     video = fixed({"fps": None, "nframes": 16})  # VideoChat2 / VLMEvalKit protocol: 16 frames
+    Options = WindowOptions
     system = (
         "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
         "movement of objects, and the action and pose of persons. Based on your observations, select the "
@@ -67,8 +99,10 @@ class MVBench(Benchmark):
                 raise BenchmarkError(
                     f"{path}: unknown MVBench task {task!r}; known: {', '.join(TASK_FOLDERS)}"
                 )
+            folder_fps = {"folder_fps": FRAME_FOLDER_FPS[task]} if task in FRAME_FOLDER_FPS else {}
             for index, (where, row) in enumerate(read_rows(path)):
                 candidates = require(row, "candidates", where)
+                start, end = row.get("start"), row.get("end")
                 samples.append(
                     make_sample(
                         {
@@ -80,8 +114,9 @@ class MVBench(Benchmark):
                             "options": lettered(candidates),
                             "answer": letter_of_text(candidates, require(row, "answer", where), where),
                             "task": task,
-                            "start": row.get("start"),
-                            "end": row.get("end"),
+                            "start": start,
+                            "end": end,
+                            "video_params": clip_overrides(start, end, self.options, **folder_fps),
                         },
                         where=where,
                     )

@@ -2,8 +2,9 @@
 
 Files: one JSON list per task (``*.json``) of {video, question, candidates [texts], answer (text),
 start, end (the query window), task, subtask, subsubtask?}; ids are the file stem and record index.
-Videos ``videos/<video>``. The protocol cuts each video to [start, end]: point the video root at the cut
-clips (EasyVideoR1 names them ``<index>_<stem>_s<start>_e<end>.mp4``) or give cut videos in ``video``.
+Videos ``videos/<video>``. The protocol cuts each video to [start, end]: that window becomes the clip's
+window, so only that span is sampled (option ``windows: false`` when the video root holds clips already
+cut to it, as EasyVideoR1's ``<index>_<stem>_s<start>_e<end>.mp4``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from services.common.samples import Sample
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.files import read_rows, require
+from services.eval.benchmarks.mvbench import WindowOptions, clip_overrides
 from services.eval.benchmarks.options import letter_of_text, lettered
 from services.eval.benchmarks.registry import register
 
@@ -27,12 +29,14 @@ class ODVBench(Benchmark):
         {"prompt": "{question}\n{options}\nAnswer with the option's letter from the given choices directly."}
     )
     breakdowns = fixed({"task": "task", "subtask": "subtask"})
+    Options = WindowOptions
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []
         for path in files:
             for index, (where, row) in enumerate(read_rows(path)):
                 candidates = require(row, "candidates", where)
+                start, end = row.get("start"), row.get("end")
                 samples.append(
                     make_sample(
                         {
@@ -45,8 +49,9 @@ class ODVBench(Benchmark):
                             "answer": letter_of_text(candidates, require(row, "answer", where), where),
                             "task": row.get("task") or path.stem,
                             "subtask": row.get("subtask"),
-                            "start": row.get("start"),
-                            "end": row.get("end"),
+                            "start": start,
+                            "end": end,
+                            "video_params": clip_overrides(start, end, self.options),
                         },
                         where=where,
                     )

@@ -64,3 +64,91 @@ def test_unknown_task_and_unknown_answer_are_errors(tmp_path):
     write_json(tmp_path / "b" / "json" / "action_sequence.json", bad)
     with pytest.raises(BenchmarkError, match=r"action_sequence.json#0: answer 'Flew away.'"):
         bench.load(bench.find_annotations(tmp_path / "b"))
+
+
+EPISODE = [
+    {"video": "castle_s01e01_seg02_clip_00", "question": "Why does Castle leave?",
+     "candidates": ["He is late.", "He is called away."], "answer": "He is called away.", "start": 2.0, "end": 5.0},
+]  # fmt: skip
+
+
+def _mvbench_fixture(root):
+    """The annotations plus their videos: stand-in mp4 bytes (planning only hashes them) and one TVQA
+    frame folder of 12 flat JPEGs at 3 fps, red for frames 0-5 and blue from 2 s on."""
+    from PIL import Image
+
+    write_json(root / "json" / "action_sequence.json", SEQUENCE)
+    write_json(root / "json" / "object_shuffle.json", SHUFFLE[:1])
+    write_json(root / "json" / "episodic_reasoning.json", EPISODE)
+    for name in (
+        "star/Charades_v1_480/3MSZA.mp4",
+        "star/Charades_v1_480/4XYZB.mp4",
+        "perception/videos/video_10009.mp4",
+    ):
+        (root / "video" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "video" / name).write_bytes(name.encode())
+    folder = root / "video" / "tvqa" / "frames_fps3_hq" / EPISODE[0]["video"]
+    folder.mkdir(parents=True)
+    for i in range(1, 13):
+        Image.new("RGB", (40, 30), (255, 0, 0) if i <= 6 else (0, 0, 255)).save(folder / f"{i:05d}.jpg")
+    return folder
+
+
+def _plan(root, **options):
+    from services.common.frames import FrameStore
+    from services.eval.clips import ClipPlanner, clip_params
+
+    bench = get_benchmark("mvbench", **options)
+    samples = bench.load(bench.find_annotations(root))
+    params = clip_params("qwen2_5_vl", bench.video)
+    planned = ClipPlanner(FrameStore(root / "frames")).plan(samples, root, params)
+    assert [p.error for p in planned] == [None] * 4
+    return {p.sample.id: p for p in planned}, params
+
+
+def test_windows_and_frame_folders_reach_the_planned_clip_params(tmp_path):
+    from services.common.frames.params import ClipWindow
+
+    folder = _mvbench_fixture(tmp_path)
+    planned, protocol = _plan(tmp_path)
+    first, second = planned["action_sequence/0"], planned["action_sequence/1"]
+    assert first.params.window == ClipWindow(start=11.1, end=19.2) and first.params.nframes == 16
+    assert second.params.window == ClipWindow(start=0.0, end=8.5)
+    assert first.params.canonical()["window"] == {"start": 11.1, "end": 19.2}
+    # no window in the record: the protocol's whole-file clip, key and all
+    assert planned["object_shuffle/0"].params.canonical() == protocol.canonical()
+    episode = planned["episodic_reasoning/0"]
+    assert episode.sample.videos == ("video/tvqa/frames_fps3_hq/castle_s01e01_seg02_clip_00",)
+    assert episode.files == [folder] and episode.keys[0] != planned["object_shuffle/0"].keys[0]
+    assert (episode.params.folder_fps, episode.params.window) == (3.0, ClipWindow(start=2.0, end=5.0))
+
+    # `windows: false` for a video root of pre-cut clips: whole files, other keys; folders keep their rate
+    uncut, _ = _plan(tmp_path, windows=False)
+    assert uncut["action_sequence/0"].params.window is None
+    assert uncut["action_sequence/0"].keys != first.keys
+    assert uncut["episodic_reasoning/0"].params.folder_fps == 3.0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_episodic_reasoning_frames_are_preprocessed_into_the_store(reelrl_home, tmp_path):
+    from services.common.frames import FrameStore
+    from services.eval.clips import ClipPlanner, clip_params, preprocess_missing
+
+    _mvbench_fixture(tmp_path)
+    bench = get_benchmark("mvbench")
+    samples = [s for s in bench.load(bench.find_annotations(tmp_path)) if s.id == "episodic_reasoning/0"]
+    store = FrameStore.from_settings()
+    params = clip_params("qwen2_5_vl", bench.video, {"nframes": 4})
+    (item,) = ClipPlanner(store).plan(samples, tmp_path, params)
+    assert (
+        preprocess_missing([item], store, params, workers=1, timeout_s=240, work_dir=tmp_path / "work") == 1
+    )
+    assert item.error is None
+    frames, meta = store.load(item.keys[0], expect=item.params)
+    # window [2, 5] s at 3 fps: frames ceil(6)=6 .. min(floor(4.0·3), 11)=11 → linspace(6, 11, 4) =
+    # 6, 7.67, 9.33, 11 → 6, 8, 9, 11: all blue; the prompt's times count from the window's start
+    assert meta["source_frames_indices"] == [6, 8, 9, 11] and meta["frames_indices"] == [0, 2, 3, 5]
+    assert meta["backend"] == "folder"
+    means = frames.float().mean(dim=(1, 2))
+    assert bool((means[:, 2] > 240).all() and (means[:, 0] < 8).all()), means

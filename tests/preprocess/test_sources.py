@@ -1,0 +1,76 @@
+"""`reelrl preprocess` with clip windows and frame folders: real worker process, embedded SQLite index."""
+
+import pytest
+from PIL import Image
+from sqlalchemy import select
+
+from services.common.db import VideoAsset, session_scope
+from services.common.frames import FrameStore, VideoParams
+from services.common.frames.synthetic import make_colour_change_video
+from services.preprocess.dataset import read_jsonl
+from services.preprocess.dispatch import run_preprocess
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def colours(frames):
+    return ["red" if r > b else "blue" for r, _, b in frames.float().mean(dim=(1, 2)).tolist()]
+
+
+def test_frame_folders_and_windows_go_through_the_workers_into_the_store(
+    reelrl_home, tmp_path, write_dataset
+):
+    data = tmp_path / "data"
+    episode = data / "frames" / "ep1"
+    episode.mkdir(parents=True)
+    for i in range(1, 13):  # 12 frames at 3 fps: red for t < 2 s, then blue
+        Image.new("RGB", (40, 30), (255, 0, 0) if i <= 6 else (0, 0, 255)).save(episode / f"{i:05d}.jpg")
+    (data / "frames" / "empty").mkdir()
+    make_colour_change_video(data / "change.mp4")  # 2 s at 10 fps: red for t < 1 s, then blue
+    folder_params = {"folder_fps": 3.0}
+    dataset = write_dataset(
+        data / "in.jsonl",
+        [
+            {"id": "folder", "videos": ["frames/ep1"], "video_params": folder_params},
+            {"id": "folder-late", "videos": ["frames/ep1"],
+             "video_params": {**folder_params, "window": {"start": 2.0, "end": 5.0}}},
+            {"id": "late", "videos": ["change.mp4"], "video_params": {"window": {"start": 1.0, "end": 2.5}}},
+            {"id": "outside", "videos": ["change.mp4"], "video_params": {"window": {"start": 2.0, "end": 3.0}}},
+            {"id": "empty", "videos": ["frames/empty"], "video_params": folder_params},
+            {"id": "bad-window", "videos": ["change.mp4"], "video_params": {"window": {"start": 2.0, "end": 1.0}}},
+        ],
+    )  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    report = run_preprocess(dataset, out, VideoParams(fps=None, nframes=4), workers=1, timeout_s=240)
+
+    ok = {row["id"]: row for row in read_jsonl(out)}
+    failed = {row["id"]: row["error"] for row in read_jsonl(out.with_name("out.failed.jsonl"))}
+    assert set(ok) == {"folder", "folder-late", "late"}
+    assert "lies outside the video" in failed["outside"]
+    assert "frames/empty: not a usable frame folder" in failed["empty"] and "none found" in failed["empty"]
+    assert "window end (1.0) must be after its start (2.0)" in failed["bad-window"]
+    assert (report.succeeded, report.failed, report.clips, report.clip_failures) == (3, 3, 4, 1)
+
+    store = FrameStore.from_settings()
+    expected = {
+        # round(linspace(0, 11, 4)) = 0, 4, 7, 11
+        "folder": ([0, 4, 7, 11], ["red", "red", "blue", "blue"]),
+        # frames 6..11 → round(linspace(6, 11, 4)) = 6, 8, 9, 11
+        "folder-late": ([6, 8, 9, 11], ["blue"] * 4),
+        # frames 10..19 → 10, 13, 16, 19
+        "late": ([10, 13, 16, 19], ["blue"] * 4),
+    }
+    for sample, (indices, seen) in expected.items():
+        (key,), (params,) = ok[sample]["clips"], ok[sample]["clip_params"]
+        frames, meta = store.load(key, expect=params)
+        assert meta["source_frames_indices"] == indices and colours(frames) == seen, sample
+    assert ok["folder"]["clips"] != ok["folder-late"]["clips"]
+    with session_scope() as session:
+        asset = session.scalars(
+            select(VideoAsset).where(VideoAsset.content_hash.like("blake3-frames:%"))
+        ).one()
+        # the source's facts, not the window's: 12 frames, 4 s
+        assert (asset.frame_count, asset.duration_s, asset.fps) == (12, 4.0, 3.0)
+        assert asset.size_bytes == sum(p.stat().st_size for p in episode.iterdir())
+        video = session.scalars(select(VideoAsset).where(VideoAsset.content_hash.like("blake3:%"))).one()
+        assert (video.frame_count, video.duration_s) == (20, pytest.approx(2.0))
