@@ -23,6 +23,7 @@ from services.common.settings import get_settings
 from services.preprocess.dataset import InputError, resolve_video
 from services.reward import canonical_name, render_prompt
 from services.reward.errors import UnknownProblemType
+from services.rollout.adapters import rollout_sample
 from services.rollout.samples import RolloutSample
 from services.rollout.sources import ImageFiles, RealtimeSource, image_key, image_size
 from services.trainer.config import DataConfig
@@ -211,18 +212,9 @@ def prepare_split(
         reward = reward_fields(sample, family, metas)
         prompt = render_prompt(reward, variant=cfg.prompt_variant)
         media: dict[str, Any] = (
-            {"images": tuple(keys)}
-            if sample.images
-            else {"videos": tuple(keys), "video_params": params.model_dump(mode="json")}
+            {"images": keys} if sample.images else {"videos": keys, "video_params": params}
         )
-        rollout = RolloutSample(
-            id=sample.id,
-            prompt=prompt,
-            system=system_prompt,
-            offline_output=sample.offline_output,
-            reward=reward,
-            **media,
-        )
+        rollout = rollout_sample(sample, prompt, system=system_prompt, reward=reward, **media)
         text_tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
         vision = (
             sum(image_tokens_from_meta(m, fam) for m in metas)
