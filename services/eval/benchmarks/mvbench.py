@@ -2,8 +2,8 @@
 
 Files: ``json/<task>.json``, each a list of {video, question, candidates [texts], answer (the right
 candidate's text), start?, end?}. Videos under ``video/<task folder>/`` (below). The official runner
-(VideoChat2) also opens the assistant turn with "Best option:("; a chat-template engine cannot, so the
-instruction alone asks for the option.
+(VideoChat2) opens the assistant turn with "Best option:(", and so does this adapter: the model
+continues with the letter, and answers are read from prefix + response.
 
 A record's [start, end] window (seconds) becomes its clip's window, so only that span is sampled, as
 VideoChat2 does (option ``windows: false`` when the video root holds clips already cut to it).
@@ -87,6 +87,8 @@ class MVBench(Benchmark):
         "best option that accurately addresses the question."
     )
     templates = fixed({"prompt": "Question: {question}\nOptions:\n{options}\nOnly give the best option."})
+    # VideoChat2's assistant turn opens the answer; the model continues with the letter and ")"
+    answer_prefix = "Best option:("
     option_style = "({letter}) {text}"
     breakdowns = fixed({"task": "task"})
     macro_over = "task"

@@ -152,3 +152,39 @@ def test_episodic_reasoning_frames_are_preprocessed_into_the_store(reelrl_home, 
     assert meta["backend"] == "folder"
     means = frames.float().mean(dim=(1, 2))
     assert bool((means[:, 2] > 240).all() and (means[:, 0] < 8).all()), means
+
+
+def test_answers_are_read_after_videochat2s_assistant_prefix(tmp_path, evaluate):
+    """VideoChat2 ends the assistant turn with "Best option:(" and the model writes the letter next.
+    "B) Sat on the bed. A) Opened the door." names two letters (a hedge, no answer) on its own; after
+    the prefix, "Best option:(B)" reads B."""
+    from services.eval.benchmarks.mvbench import MVBench
+
+    write_json(tmp_path / "json" / "action_sequence.json", SEQUENCE)
+    bench = get_benchmark("mvbench")
+    first, second = bench.load(bench.find_annotations(tmp_path))
+    assert bench.assistant_prefix(second) == "Best option:("
+    assert bench.assistant_prefix(second, thinking=True) is None
+    hedge = "B) Sat on the bed. A) Opened the door."
+    out = evaluate(
+        "mvbench",
+        tmp_path,
+        {},
+        predictions=[
+            {"id": "action_sequence/1", "response": hedge},  # no field: the protocol's prefix
+            {"id": "action_sequence/0", "response": hedge, "assistant_prefix": ""},  # a run without one
+        ],
+    )
+    assert (
+        out.results["action_sequence/1"].extracted == "B" and out.results["action_sequence/1"].accuracy == 1.0
+    )
+    assert out.results["action_sequence/1"].response == hedge  # stored as generated
+    assert (
+        out.results["action_sequence/0"].extracted is None
+        and out.results["action_sequence/0"].accuracy == 0.0
+    )
+
+    class NoPrefix(MVBench):
+        answer_prefix = None
+
+    assert bench.prompt_version(first) != NoPrefix().prompt_version(first)
