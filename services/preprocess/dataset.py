@@ -56,9 +56,10 @@ def _with_videos(n: int, data: dict[str, Any]) -> Row:
     return Row(n, data, videos=list(videos))
 
 
-def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path]) -> Path:
-    """The file (or frame folder) a row's video path names. With data roots configured it must lie
-    inside one."""
+def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path], *, frame_folders: bool = True) -> Path:
+    """The file (or, with ``frame_folders``, frame folder) a row's video path names. With data roots
+    configured it must lie inside one. Paths that must be files (images, datasets) pass
+    ``frame_folders=False``."""
     given = Path(raw)
     if data_roots:
         roots = [r.resolve() for r in data_roots]
@@ -66,7 +67,7 @@ def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path]) -> Path:
         existing = [c.resolve() for c in candidates if c.exists()]
         for path in existing:
             if any(path.is_relative_to(root) for root in roots):
-                return _check_file(raw, path)
+                return _check_file(raw, path, frame_folders)
         if existing:
             raise InputError(
                 f"{raw}: resolves to {existing[0]}, outside the data roots {[str(r) for r in roots]}"
@@ -75,11 +76,11 @@ def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path]) -> Path:
     path = (given if given.is_absolute() else dataset_dir / given).resolve()
     if not path.exists():
         raise InputError(f"{raw}: file not found ({path})")
-    return _check_file(raw, path)
+    return _check_file(raw, path, frame_folders)
 
 
-def _check_file(raw: str, path: Path) -> Path:
-    if path.is_dir():
+def _check_file(raw: str, path: Path, frame_folders: bool) -> Path:
+    if frame_folders and path.is_dir():
         # a frame folder (numbered images); its listing problems are input errors, caught here once
         try:
             frame_files(path)
@@ -87,7 +88,8 @@ def _check_file(raw: str, path: Path) -> Path:
             raise InputError(f"{raw}: not a usable frame folder: {exc}") from None
         return path
     if not path.is_file():
-        raise InputError(f"{raw}: not a regular file or a frame folder ({path})")
+        what = "a regular file or a frame folder" if frame_folders else "a regular file"
+        raise InputError(f"{raw}: not {what} ({path})")
     if path.stat().st_size == 0:
         raise InputError(f"{raw}: file is empty (0 bytes)")
     return path

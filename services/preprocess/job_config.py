@@ -32,7 +32,7 @@ class PreprocessJobConfig(BaseModel):
     def _dataset_inside_roots(cls, value: Path) -> Path:
         roots = job_roots()
         try:
-            return resolve_video(str(value), roots[0], roots)
+            return resolve_video(str(value), roots[0], roots, frame_folders=False)
         except (InputError, OSError) as exc:
             raise ValueError(str(exc)) from None
 

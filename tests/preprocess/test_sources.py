@@ -7,16 +7,29 @@ from sqlalchemy import select
 from services.common.db import VideoAsset, session_scope
 from services.common.frames import FrameStore, VideoParams
 from services.common.frames.synthetic import make_colour_change_video
-from services.preprocess.dataset import read_jsonl
+from services.preprocess.dataset import InputError, read_jsonl, resolve_video
 from services.preprocess.dispatch import run_preprocess
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def colours(frames):
     return ["red" if r > b else "blue" for r, _, b in frames.float().mean(dim=(1, 2)).tolist()]
 
 
+def test_a_folder_is_a_video_path_only_where_frame_folders_are_allowed(tmp_path):
+    folder = tmp_path / "frames" / "ep1"
+    folder.mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(folder / "00001.jpg")
+    assert resolve_video("frames/ep1", tmp_path, []) == folder
+    assert resolve_video("frames/ep1", tmp_path, [tmp_path]) == folder  # inside the data roots
+    # images and datasets must be files
+    with pytest.raises(InputError, match=r"frames/ep1: not a regular file \("):
+        resolve_video("frames/ep1", tmp_path, [], frame_folders=False)
+    with pytest.raises(InputError, match=r"frames: not a usable frame folder: .* none found"):
+        resolve_video("frames", tmp_path, [])  # holds a folder, no images
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 def test_frame_folders_and_windows_go_through_the_workers_into_the_store(
     reelrl_home, tmp_path, write_dataset
 ):
