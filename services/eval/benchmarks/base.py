@@ -57,6 +57,8 @@ class Benchmark:
     # Protocol defaults of the clip parameters (VideoParams fields except family).
     video: ClassVar[Mapping[str, Any]] = fixed({"fps": None, "nframes": 32})
     Options: ClassVar[type[BaseModel]] = NoOptions
+    # Options that change the prompt (e.g. ``subtitles``): hashed into the prompt template version.
+    prompt_options: ClassVar[tuple[str, ...]] = ()
     # The protocol's prompt texts; hashed into the prompt version recorded in every result's manifest.
     templates: ClassVar[Mapping[str, str]] = fixed({})
     system: ClassVar[str | None] = None
@@ -155,8 +157,11 @@ class Benchmark:
         if thinking or not self.templates:
             return template_version(sample.problem_type, "thinking" if thinking else "instruct")
         protocol: dict[str, Any] = {"templates": dict(self.templates), "system": self.system}
-        if self.answer_prefix is not None:  # absent otherwise: earlier runs' versions stay valid
+        # absent when unset: earlier runs' versions stay valid
+        if self.answer_prefix is not None:
             protocol["answer_prefix"] = self.answer_prefix
+        if self.prompt_options:
+            protocol["options"] = {name: getattr(self.options, name) for name in self.prompt_options}
         text = json.dumps(protocol, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 

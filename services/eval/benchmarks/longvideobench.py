@@ -3,19 +3,36 @@
 Files: ``lvb_val.json`` (a list of {id, video_path, question, candidates [4-5 texts], correct_choice
 (0-based), duration_group, question_category, topic_category, level, …}) or the Parquet release with
 ``option0``…``option4`` ("N/A" when absent). The test file has no ``correct_choice``: such items are
-skipped. Videos ``videos/<video_path>``. Subtitles (the interleaved variant) are not used.
+skipped. Videos ``videos/<video_path>``, subtitles ``subtitles/<subtitle_path>`` (JSON cues).
+
+``subtitles: true`` (``bench.longvideobench.options.subtitles``) follows the official interleaved
+input as far as one clip allows: the cues the official rule keeps for the sampled frames, in time
+order, before "Question: …" (officially they sit between the frames; the rollout sends the video as
+one clip, so they follow it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.common.samples import Sample
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.files import read_rows, require
 from services.eval.benchmarks.options import letter_of_index, lettered
 from services.eval.benchmarks.registry import register
+from services.eval.benchmarks.subtitles import frame_times, lvb_subtitles_at, read_lvb_subtitles
+
+_ANSWER = "Answer with the option's letter from the given choices directly."
+
+
+class LongVideoBenchOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subtitles: bool = Field(False, description="the subtitle cues at the sampled frames before the question")
 
 
 @register
@@ -24,8 +41,14 @@ class LongVideoBench(Benchmark):
     title = "LongVideoBench"
     annotations = ("lvb_val.json", "*.parquet")
     video = fixed({"fps": None, "nframes": 64})
+    Options = LongVideoBenchOptions
+    prompt_options = ("subtitles",)
     templates = fixed(
-        {"prompt": "{question}\n{options}\nAnswer with the option's letter from the given choices directly."}
+        {
+            "prompt": "{question}\n{options}\n" + _ANSWER,
+            # the official dataloader's text after the interleaved frames and cues
+            "subtitles": "{subtitles}Question: {question}\n{options}\n" + _ANSWER,
+        }
     )
     breakdowns = fixed(
         {
@@ -61,8 +84,37 @@ class LongVideoBench(Benchmark):
                             "question_category": row.get("question_category"),
                             "topic_category": row.get("topic_category"),
                             "level": row.get("level"),
+                            "subtitle_path": row.get("subtitle_path"),
+                            "subtitle_offset": row.get("starting_timestamp_for_subtitles"),
+                            "video_duration": row.get("duration"),
                         },
                         where=where,
                     )
                 )
         return samples
+
+    def template_for(self, sample: Sample) -> str:
+        return self.templates["subtitles" if self.options.subtitles else "prompt"]
+
+    def prompt_fields(self, sample: Sample, clip_meta: list[dict[str, Any]] | None) -> dict[str, Any]:
+        fields = super().prompt_fields(sample, clip_meta)
+        if self.options.subtitles:
+            lines = lvb_subtitles_at(self.subtitle_cues(sample), frame_times(clip_meta))
+            fields["subtitles"] = "".join(f"{line}\n" for line in lines)
+        return fields
+
+    def subtitle_cues(self, sample: Sample) -> list:
+        """The item's cues on the video's clock; an item without ``subtitle_path`` has none, a named
+        file that is missing is an error (the sample is recorded with it)."""
+        name = sample.extra("subtitle_path")
+        if not name:
+            return []
+        path = (self.root or Path(".")) / "subtitles" / name
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"longvideobench: subtitle file {path} (subtitle_path of {sample.id}) not found"
+            )
+        duration = sample.extra("video_duration")
+        return read_lvb_subtitles(
+            path, float(sample.extra("subtitle_offset") or 0.0), float(duration) if duration else None
+        )

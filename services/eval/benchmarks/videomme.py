@@ -9,7 +9,6 @@ rule keeps only subtitle lines shown at a sampled frame.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,50 +18,13 @@ from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.files import read_json, read_rows, require
 from services.eval.benchmarks.registry import register
+from services.eval.benchmarks.subtitles import frame_times, parse_srt, subtitles_at
 
-_SRT_TIME = re.compile(r"(\d+):(\d+):(\d+)[,.](\d+)\s*-->\s*(\d+):(\d+):(\d+)[,.](\d+)")
-_TAG = re.compile(r"<[^>]+>")
 _INSTRUCTION = (
     "Select the best answer to the following multiple-choice question based on the video. "
     "Respond with only the letter (A, B, C, or D) of the correct option.\n{question}\n{options}\n"
     "The best answer is:"
 )
-
-
-def parse_srt(text: str) -> list[tuple[float, float, str]]:
-    """(start s, end s, text) of every SRT cue, markup such as ``<font …>`` removed."""
-    cues = []
-    for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n").strip()):
-        lines = block.splitlines()
-        for i, line in enumerate(lines):
-            match = _SRT_TIME.search(line)
-            if match:
-                h1, m1, s1, f1, h2, m2, s2, f2 = (int(g) for g in match.groups())
-                start = h1 * 3600 + m1 * 60 + s1 + f1 / 10 ** len(match.group(4))
-                end = h2 * 3600 + m2 * 60 + s2 + f2 / 10 ** len(match.group(8))
-                words = _TAG.sub("", " ".join(lines[i + 1 :])).strip()
-                if words:
-                    cues.append((start, end, words))
-                break
-    return cues
-
-
-def frame_times(clip_meta: list[dict[str, Any]] | None) -> list[float] | None:
-    """Timestamps (s) of a clip's sampled frames, from its frame-store metadata."""
-    if not clip_meta:
-        return None
-    meta = clip_meta[0]
-    if meta.get("timestamps") is not None:
-        return [float(t) for t in meta["timestamps"]]
-    fps = float(meta["fps"])
-    return [int(i) / fps for i in meta["frames_indices"]]
-
-
-def subtitles_at(cues: list[tuple[float, float, str]], times: list[float] | None) -> list[str]:
-    """The official rule: the cues on screen at a sampled frame (every cue when frames are unknown)."""
-    if times is None:
-        return [text for _, _, text in cues]
-    return [text for start, end, text in cues if any(start <= t <= end for t in times)]
 
 
 @register

@@ -2,8 +2,11 @@
 
 Files: ``test.parquet`` rows {video_id, question_id "001-1".."-4", question, options (one newline-joined
 "A. …\\nB. …" string), answer A–H, level, group_type relevance|logic, group_structure, second_head,
-third_head}. Videos ``data/<video_id>.mp4``. Scored per group (non-linear, official rules below); plain
-question accuracy is reported beside it.
+third_head}. Videos ``data/<video_id>.mp4``, word-level subtitles ``subtitle/<video_id>.jsonl``. Scored
+per group (non-linear, official rules below); plain question accuracy is reported beside it.
+
+``subtitles: true`` is the official script's "concatenated" subtitle mode: every word of the transcript
+in the prompt (its interleaved mode puts sentences between frames, which one clip cannot).
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import ast
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.common.samples import Sample
 from services.eval.benchmarks.aggregate import percent, summary
@@ -20,6 +26,7 @@ from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.files import read_rows, require
 from services.eval.benchmarks.registry import register
 from services.eval.benchmarks.results import Cell, ItemResult, Summary
+from services.eval.benchmarks.subtitles import read_word_transcript
 
 # score (percent) of a group by its number of correct answers / length of its correct chain
 _SQUARES = {0: 0.0, 1: 100.0 / 16, 2: 100.0 * 4 / 16, 3: 100.0 * 9 / 16, 4: 100.0}
@@ -54,17 +61,35 @@ def logic_score(correct: Sequence[bool], structure: str) -> float:
     return _LOGIC_MAPS[key][chain]
 
 
+_INSTRUCT = (
+    "Select the best answer to the following multiple-choice question based on the video. Respond with only "
+    "the letter (A, B, C, D, E, F, G, or H) of the correct option."
+)
+
+
+class VideoMMEv2Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subtitles: bool = Field(
+        False, description="the video's whole transcript (subtitle/<video_id>.jsonl) before the question"
+    )
+
+
 @register
 class VideoMMEv2(Benchmark):
     name = "videomme_v2"
     title = "Video-MME-v2"
     annotations = ("*.parquet", "*.json", "*.jsonl")
     video = fixed({"fps": None, "nframes": 64})  # the official default of 64 frames
+    Options = VideoMMEv2Options
+    prompt_options = ("subtitles",)
+    # The official script (evaluation/test_video_mme_v2.py) sends the frames, this opening, then
+    # "Question: {question}\n{options}\n" and the instruction; its two text parts are joined by a newline.
     templates = fixed(
         {
-            "prompt": "These are the frames of a video.\nSelect the best answer to the following multiple-choice "
-            "question based on the video. Respond with only the letter (A, B, C, D, E, F, G, or H) of the "
-            "correct option.\nQuestion: {question}\n{options}"
+            "prompt": "These are the frames of a video.\nQuestion: {question}\n{options}\n" + _INSTRUCT,
+            "subtitles": "These are the frames of a video. This video's subtitles are listed below:\n"
+            "{subtitles}\nQuestion: {question}\n{options}\n" + _INSTRUCT,
         }
     )
 
@@ -98,6 +123,16 @@ class VideoMMEv2(Benchmark):
                     )
                 )
         return samples
+
+    def template_for(self, sample: Sample) -> str:
+        return self.templates["subtitles" if self.options.subtitles else "prompt"]
+
+    def prompt_fields(self, sample: Sample, clip_meta: list[dict[str, Any]] | None) -> dict[str, Any]:
+        fields = super().prompt_fields(sample, clip_meta)
+        if self.options.subtitles:
+            path = (self.root or Path(".")) / "subtitle" / f"{sample.extra('video_id')}.jsonl"
+            fields["subtitles"] = read_word_transcript(path)
+        return fields
 
     def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
         groups: dict[str, list[Sample]] = defaultdict(list)

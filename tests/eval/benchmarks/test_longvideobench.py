@@ -44,3 +44,50 @@ def test_parquet_option_columns(tmp_path, evaluate):
     out = evaluate("longvideobench", tmp_path, RESPONSES)
     assert out.by_id["86CxyhFV9MI_0"].options == ["A. a cup", "B. a book", "C. a phone", "D. a key"]
     assert out.summary.overall == pytest.approx(100 * 2 / 3)
+
+
+SUBTITLED = [
+    {**ITEMS[0], "subtitle_path": "86CxyhFV9MI_en.json", "starting_timestamp_for_subtitles": 10.0, "duration": 9.0},
+    {**ITEMS[1], "subtitle_path": "aaa_en.json", "starting_timestamp_for_subtitles": 0, "duration": 8.0},
+    {**ITEMS[2], "subtitle_path": "gone_en.json", "duration": 8.0},
+]  # fmt: skip
+# official cue formats: "start"/"end" clock strings with "line", or "timestamp" [s, e] with "text"
+CLOCK_CUES = [
+    {"start": "00:00:10.500", "end": "00:00:12.000", "line": "Hello there."},
+    {"start": "00:00:11.900", "end": "00:00:12.300", "line": "uh"},
+    {"start": "00:00:12.600", "end": "00:00:13.200", "line": "Short line."},
+    {"start": "00:00:13.000", "end": "00:00:15.000", "line": "Edge case."},
+    {"start": "00:00:16.000", "end": "00:00:20.000", "line": "Last words."},
+]
+SPAN_CUES = [{"timestamp": [0.2, 0.4], "text": "blink"}, {"timestamp": [6.5, None], "text": "to the end"}]
+FRAMES = [{"timestamps": [1.0, 3.0, 5.0, 7.0]}]  # the clip's sampled frame times (frame-store metadata)
+
+
+def test_subtitles_follow_the_official_selection_rule(tmp_path):
+    """Cue times minus starting_timestamp_for_subtitles (10 s for the first item), frames at 1, 3, 5, 7 s:
+    Hello 0.5–2.0 holds 1 → kept; "uh" 1.9–2.3 is under 1 s → 1.6–2.6, no frame → dropped; Short
+    2.6–3.2 → 2.4–3.4 holds 3 → kept; Edge 3.0–5.0 holds frames only at its ends (strict) → dropped;
+    Last 6–10 holds 7 → kept. Second item: blink 0.2–0.4 → −0.2–0.8 → dropped; an open end runs to the
+    duration (6.5–8 holds 7) → kept."""
+    from services.eval.benchmarks import get_benchmark
+
+    write_json(tmp_path / "lvb_val.json", SUBTITLED)
+    write_json(tmp_path / "subtitles" / "86CxyhFV9MI_en.json", CLOCK_CUES)
+    write_json(tmp_path / "subtitles" / "aaa_en.json", SPAN_CUES)
+    with_subs = get_benchmark("longvideobench", tmp_path, subtitles=True)
+    first, second, third = with_subs.load(with_subs.find_annotations(tmp_path))
+    answer = "Answer with the option's letter from the given choices directly."
+    assert with_subs.prompt(first, "qwen2_5_vl", clip_meta=FRAMES) == (
+        "Hello there.\nShort line.\nLast words.\nQuestion: What is on the table?\n"
+        f"A. a cup\nB. a book\nC. a phone\nD. a key\n{answer}"
+    )
+    assert with_subs.prompt(second, "qwen2_5_vl", clip_meta=FRAMES).startswith(
+        "to the end\nQuestion: What happens last?\nA. rain\n"
+    )
+    with pytest.raises(FileNotFoundError, match=r"gone_en\.json"):  # recorded as that sample's error
+        with_subs.prompt(third, "qwen2_5_vl", clip_meta=FRAMES)
+    plain = get_benchmark("longvideobench", tmp_path)
+    assert plain.prompt(first, "qwen2_5_vl", clip_meta=FRAMES) == (
+        f"What is on the table?\nA. a cup\nB. a book\nC. a phone\nD. a key\n{answer}"
+    )
+    assert plain.prompt_version(first) != with_subs.prompt_version(first)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.eval.benchmarks import get_benchmark
-from services.eval.benchmarks.videomme import parse_srt, subtitles_at
+from services.eval.benchmarks.subtitles import parse_srt, subtitles_at
 from tests.eval.conftest import write_json, write_parquet
 
 ROWS = [

@@ -60,3 +60,35 @@ def test_rule_tables():
     assert logic_score([False, True, True, True], "[1, 2, 3, 4]") == 0.0  # a broken chain scores 0
     assert logic_score([True, False, False, True], "[1, [2, 3], 4]") == pytest.approx(100 / 12)
     assert logic_score([True, True, True, True], "[[1, 2], 3, 4]") == 100.0
+
+
+def test_subtitles_are_the_whole_word_transcript(tmp_path):
+    """subtitles=true: every word of subtitle/<video_id>.jsonl in file order (the official script's
+    concatenated mode); a video without a file gets an empty transcript, as officially."""
+    from services.eval.benchmarks import get_benchmark
+    from tests.eval.conftest import write_jsonl
+
+    write_parquet(tmp_path / "test.parquet", ROWS)
+    words = [("Hello", 0.5, 0.8), ("world.", 0.8, 1.2), ("Bye", 30.0, 30.4)]
+    write_jsonl(
+        tmp_path / "subtitle" / "001.jsonl",
+        [{"text": w, "start_time": s, "end_time": e} for w, s, e in words],
+    )
+    bench = get_benchmark("videomme_v2", tmp_path, subtitles=True)
+    samples = {s.id: s for s in bench.load(bench.find_annotations(tmp_path))}
+    instruct = (
+        "Select the best answer to the following multiple-choice question based on the video. Respond with "
+        "only the letter (A, B, C, D, E, F, G, or H) of the correct option."
+    )
+    assert bench.prompt(samples["001-1"], "qwen3_vl") == (
+        "These are the frames of a video. This video's subtitles are listed below:\nHello world. Bye\n"
+        f"Question: Q1 about 001?\n{OPTIONS}\n{instruct}"
+    )
+    assert bench.prompt(samples["002-1"], "qwen3_vl").startswith(
+        "These are the frames of a video. This video's subtitles are listed below:\n\nQuestion: Q1 about 002?"
+    )
+    plain = get_benchmark("videomme_v2", tmp_path)
+    assert plain.prompt(samples["001-1"], "qwen3_vl") == (
+        f"These are the frames of a video.\nQuestion: Q1 about 001?\n{OPTIONS}\n{instruct}"
+    )
+    assert plain.prompt_version(samples["001-1"]) != bench.prompt_version(samples["001-1"])
