@@ -65,6 +65,9 @@ class OpenVideo(Protocol):
 
 
 Opener = Callable[[Path, int], OpenVideo]
+# PyAV seeks to the keyframe before the first wanted frame when that frame lies this far (seconds)
+# into the file, as a clip window late in a long video does; nearer ones are decoded from the start.
+SEEK_AFTER_S = 10.0
 DECODERS: dict[str, Opener] = {}
 
 
@@ -157,8 +160,10 @@ class _PyAVVideo:
             raise DecodeError(f"{self._path}: no decoder for codec {stream.codec_context}")
         self._stream = stream
         # Read on a container of its own, so this one decodes from the start without a seek.
-        timing = _timing(self._path, _read_timeline(self._path))
+        timeline = _read_timeline(self._path)
+        timing = _timing(self._path, timeline)
         self._promised = timing.total_frames
+        self._pts, self._time_base = timeline.pts, timeline.time_base
         # The display rotation is known only from a decoded frame. Frame 0 is always sampled, so it is
         # kept for read() rather than decoded twice.
         self._frames = self._decode()
@@ -190,6 +195,11 @@ class _PyAVVideo:
         return frame
 
     def read(self, indices: list[int]) -> np.ndarray:
+        first = min(indices)
+        if (self._pts[first] - self._pts[0]) * self._time_base >= SEEK_AFTER_S:
+            frames = self._read_after_seek(indices)
+            if frames is not None:
+                return frames
         if self._first is None:
             # A second read starts over from the first frame.
             self._container.seek(0)
@@ -207,6 +217,37 @@ class _PyAVVideo:
                 rgb = np.rot90(frame.to_ndarray(format="rgb24"), self._quarter_turns)
                 for pos in wanted[i]:
                     out[pos] = rgb
+        return np.stack(out)
+
+    def _read_after_seek(self, indices: list[int]) -> np.ndarray | None:
+        """The frames ``indices`` decoded from the keyframe before the first of them, each known by its
+        pts (the timeline maps pts to index); None if the decoder does not land at or before that
+        frame or leaves one out, and the caller decodes from the start instead."""
+        self._frames.close()
+        self._first = None  # whatever reads next starts over from the first frame
+        index_of = {pts: i for i, pts in enumerate(self._pts)}
+        wanted: dict[int, list[int]] = {}
+        for pos, idx in enumerate(indices):
+            wanted.setdefault(idx, []).append(pos)
+        out: list[np.ndarray | None] = [None] * len(indices)
+        first, last = min(indices), max(indices)
+        self._container.seek(self._pts[first], stream=self._stream, backward=True, any_frame=False)
+        self._frames = self._decode()
+        landed = False
+        for frame in self._frames:
+            i = index_of.get(frame.pts) if frame.pts is not None else None
+            if i is None:
+                return None
+            if not landed:
+                if i > first:
+                    return None
+                landed = True
+            for pos in wanted.get(i, ()):
+                out[pos] = np.rot90(frame.to_ndarray(format="rgb24"), self._quarter_turns)
+            if i >= last:
+                break
+        if any(frame is None for frame in out):
+            return None
         return np.stack(out)
 
     def close(self) -> None:

@@ -225,3 +225,32 @@ def test_pyav_reads_again_from_the_start(clips):
 def test_quarter_turns(rotation, turns):
     # np.rot90's k counts counter-clockwise turns: -90° ccw = 3 turns; angles off the 90° grid stay as stored.
     assert _quarter_turns(rotation) == turns
+
+
+@pytest.mark.parametrize("name", ["src", "rot90", "cut", "cut_both", "rot90_cut"])
+def test_pyav_seeking_to_a_late_window_reads_the_frames_decoding_from_the_start_does(
+    clips, name, monkeypatch
+):
+    """A window late in a long file is read after one seek to the keyframe before it (frames known by
+    pts). With the seek threshold lowered to 0.5 s, every clip here seeks; the frames must equal a
+    read from the start, through rotation and edit lists (their cut shifts keyframes off whole seconds)."""
+    import services.common.frames.decoders as decoders
+
+    video = DECODERS["pyav"](clips[name], 1)
+    try:
+        total = video.info.timing.total_frames
+        indices = [total - 40, total - 33, total - 20, total - 1, total - 40]  # repeated, unordered
+        monkeypatch.setattr(decoders, "SEEK_AFTER_S", float("inf"))
+        expected = video.read(indices)
+        seeks = []
+        real = decoders._PyAVVideo._read_after_seek
+        monkeypatch.setattr(decoders, "SEEK_AFTER_S", 0.5)
+        monkeypatch.setattr(
+            decoders._PyAVVideo, "_read_after_seek", lambda self, i: seeks.append(i) or real(self, i)
+        )
+        seeked = video._read_after_seek(indices)
+        assert seeked is not None and np.array_equal(seeked, expected)
+        assert np.array_equal(video.read(indices), expected) and len(seeks) == 2
+        assert np.array_equal(video.read([0, 1]), _read_all("pyav", clips[name])[:2])  # back to the start
+    finally:
+        video.close()

@@ -79,6 +79,16 @@ def test_every_backend_samples_the_same_frames_of_a_straddling_window(colour_cli
     }
 
 
+def test_pyav_seeking_to_the_window_gives_the_same_clip(colour_clip, monkeypatch):
+    import services.common.frames.decoders as decoders
+
+    params = windowed(1.0, 2.5)
+    expected, meta = decode_clip(colour_clip, params, decoders=["decord"])
+    monkeypatch.setattr(decoders, "SEEK_AFTER_S", 0.5)  # frame 10 at 1.0 s: PyAV seeks to it
+    frames, seeked_meta = decode_clip(colour_clip, params, decoders=["pyav"])
+    assert torch.equal(frames, expected) and seeked_meta["frames_indices"] == meta["frames_indices"]
+
+
 def test_window_indices_round_like_the_reference():
     # round(linspace(1, 4, 3)) = round(1, 2.5, 4) = 1, 2, 4 (half to even); 1 + round(linspace(0, 3, 3))
     # would give 1, 3, 4: the reference rounds absolute positions.
