@@ -131,13 +131,13 @@ class Pipeline:
 
     def score_and_save(
         self, ready: Ready, response: RolloutResponse | None, prompt_tokens: int | None, latency_s: float | None,
-        judge_response: str | None, error: str | None,
+        judge_response: str | None, error: str | None, rubric: dict[str, str] | None = None,
     ) -> ItemResult:  # fmt: skip
         task = ready.task
         if error is None and response is not None:
             item = score_one(
                 task.adapter, task.sample, response.text, self.family, ready.clip_meta, judge_response,
-                assistant_prefix=ready.assistant_prefix,
+                assistant_prefix=ready.assistant_prefix, rubric_replies=rubric,
             )  # fmt: skip
         else:
             item = ItemResult(
@@ -163,16 +163,32 @@ class Pipeline:
 
     # --- engine ----------------------------------------------------------------------------------------
 
-    async def _judge(self, task: Task, text: str) -> str:
+    async def _ask_judge(self, request: RolloutSample, max_tokens: int) -> str:
         engine = self.judge_engine or self.engine
-        request = RolloutSample(
-            id=f"{task.benchmark}/{task.sample.id}#judge", prompt=task.adapter.judge_prompt(task.sample, text)
-        )
         (item,) = await asyncio.to_thread(
             prepare_inputs, [request], engine.checkpoint, engine.source, engine.config
         )
-        _, (response,) = await engine.generate(item, 1, temperature=0.0, max_tokens=self.judge_max_tokens)
+        _, (response,) = await engine.generate(item, 1, temperature=0.0, max_tokens=max_tokens)
         return response.text
+
+    async def _judge(self, task: Task, text: str) -> str:
+        request = RolloutSample(
+            id=f"{task.benchmark}/{task.sample.id}#judge", prompt=task.adapter.judge_prompt(task.sample, text)
+        )
+        return await self._ask_judge(request, self.judge_max_tokens)
+
+    async def _rubric(self, task: Task, text: str) -> dict[str, str] | None:
+        """The judge's replies to the benchmark's rubric questions (asked together), or None."""
+        questions = task.adapter.rubric_questions(task.sample, text)
+        if not questions:
+            return None
+        max_tokens = max(self.judge_max_tokens, task.adapter.rubric_max_tokens)
+        requests = [
+            RolloutSample(id=f"{task.benchmark}/{task.sample.id}#{name}", prompt=q.prompt, system=q.system)
+            for name, q in questions.items()
+        ]
+        replies = await asyncio.gather(*(self._ask_judge(r, max_tokens) for r in requests))
+        return dict(zip(questions, replies, strict=True))
 
     async def _finish(self, ready: Ready, pool: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
@@ -185,11 +201,14 @@ class Pipeline:
             except ValueError as exc:  # refused input (too long, placeholder mismatch): this sample only
                 error = f"generation failed: {exc}"
             latency = time.perf_counter() - started
-        if error is None and response is not None and self.wants_judge(ready.task):
+        rubric = None
+        if error is None and response is not None and self.judge_engine is not None:
             answer = continued_response(ready.assistant_prefix, response.text)
-            judge_response = await self._judge(ready.task, answer)
+            if self.wants_judge(ready.task):
+                judge_response = await self._judge(ready.task, answer)
+            rubric = await self._rubric(ready.task, answer)
         item = await loop.run_in_executor(
-            pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error
+            pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error, rubric
         )
         self.on_result(ready.task.benchmark, item)
 

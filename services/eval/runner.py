@@ -208,6 +208,7 @@ def write_benchmark_outputs(run_id: str, name: str, plan: BenchmarkPlan, output_
                 "response_tokens": row.response_tokens, "latency_s": row.latency_s, "manifest": row.manifest,
                 # "" when none: a missing field would mean the benchmark's protocol prefix on re-scoring
                 "assistant_prefix": (row.manifest or {}).get("assistant_prefix") or "",
+                "rubric_replies": (row.details or {}).get("rubric_replies"),
             }
         )  # fmt: skip
     write_jsonl_atomic(output_dir / f"{name}.samples.jsonl", lines)

@@ -32,6 +32,9 @@ class Prediction(BaseModel):
         description="the assistant-turn text the response continues; null: the benchmark's protocol "
         "prefix (MLVU's 'Best Option: ('), '': none (e.g. a thinking run)",
     )
+    rubric_replies: dict[str, str] | None = Field(
+        None, description="the judge's replies to the benchmark's rubric questions, by question name"
+    )
 
 
 def read_predictions(path: Path) -> dict[str, Prediction]:
@@ -69,6 +72,7 @@ class Answer(NamedTuple):
     clip_meta: list[dict[str, Any]] | None = None
     judge_response: str | None = None
     assistant_prefix: str | None = None
+    rubric_replies: Mapping[str, str] | None = None
 
 
 def score_one(
@@ -80,9 +84,10 @@ def score_one(
     judge_response: str | None = None,
     config: RewardConfig | None = None,
     assistant_prefix: str | None = None,
+    rubric_replies: Mapping[str, str] | None = None,
 ) -> ItemResult:
-    """The item result of one response (and, if the benchmark's judge graded it, the judge's reply)."""
-    answer = Answer(sample, response, clip_meta, judge_response, assistant_prefix)
+    """The item result of one response (and, if the benchmark's judge graded it, the judge's replies)."""
+    answer = Answer(sample, response, clip_meta, judge_response, assistant_prefix, rubric_replies)
     return score_many(benchmark, [answer], family, config)[0]
 
 
@@ -97,7 +102,7 @@ def score_many(
     answers = [Answer(*item) for item in items]
     views: list[dict[str, Any] | None] = []
     errors: list[str | None] = []
-    for sample, _, clip_meta, _, _ in answers:
+    for sample, _, clip_meta, *_ in answers:
         try:
             views.append(benchmark.reward_sample(sample, family, clip_meta))
             errors.append(None)
@@ -105,29 +110,35 @@ def score_many(
             views.append(None)
             errors.append(str(exc))
     pairs: list[tuple[Any, str]] = []
-    for (sample, response, _, judge, prefix), view in zip(answers, views, strict=True):
+    for (sample, response, _, judge, prefix, _), view in zip(answers, views, strict=True):
         pairs.append((view or {"problem_type": sample.problem_type}, continued_response(prefix, response)))
         if judge is not None:
             pairs.append((benchmark.judge_reward_sample(sample), judge))
     scored = iter(score_items(pairs, config))
     results = []
-    for (sample, response, _, judge, _), view, error in zip(answers, views, errors, strict=True):
+    for (sample, response, _, judge, _, replies), view, error in zip(answers, views, errors, strict=True):
         rule = next(scored)
         verdict = next(scored) if judge is not None else None
         chosen = verdict if verdict is not None else rule
+        rubric = benchmark.rubric_scores(sample, replies) if replies else None
+        accuracy = rubric.accuracy if rubric is not None and rubric.accuracy is not None else chosen.accuracy
         item = ItemResult(
             id=sample.id,
-            accuracy=0.0 if error else chosen.accuracy,
+            accuracy=0.0 if error else accuracy,
             format=rule.format,
             response=response,
             extracted=rule.extracted,
             problem_type=rule.problem_type or sample.problem_type,
             error=error or rule.error or (verdict.error if verdict else None),
-            judged=verdict is not None,
+            judged=verdict is not None or bool(rubric and rubric.details),
         )
+        details: dict[str, Any] = {}
         if view is not None and not item.error:
-            item = item.model_copy(update={"details": benchmark.item_details(sample, view, item)})
-        results.append(item)
+            details = benchmark.item_details(sample, view, item)
+        if rubric is not None and rubric.details:
+            # the replies travel with the result, so a saved run is re-scored without the judge
+            details = {**details, **rubric.details, "rubric_replies": dict(replies or {})}
+        results.append(item.model_copy(update={"details": details}) if details else item)
     return results
 
 
@@ -145,7 +156,7 @@ def score_predictions(
         if p is None or p.response is None:
             continue
         prefix = benchmark.assistant_prefix(s) if p.assistant_prefix is None else p.assistant_prefix
-        given.append(Answer(s, p.response, p.clip_meta, p.judge_response, prefix))
+        given.append(Answer(s, p.response, p.clip_meta, p.judge_response, prefix, p.rubric_replies))
     results = {r.id: r for r in score_many(benchmark, given, family, config)}
     return {s.id: results.get(s.id) or missing(s) for s in samples}
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,6 +32,21 @@ JUDGE_PROMPT = (
     "Model response: {response}\n\nDirectly output 'Correct' or 'Incorrect'."
 )
 JUDGE_OPTIONS = ("A. Correct", "B. Incorrect")
+
+
+class JudgeQuestion(NamedTuple):
+    """One question put to the judge model: the user turn and an optional system turn."""
+
+    prompt: str
+    system: str | None = None
+
+
+class Rubric(NamedTuple):
+    """What a benchmark reads from its rubric replies: the item's accuracy when the rubric decides it
+    (MLVU's generation scores), else None (the answer's own score stands), and per-item figures."""
+
+    accuracy: float | None
+    details: dict[str, Any]
 
 
 def fixed(values: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -71,6 +86,9 @@ class Benchmark:
     macro_over: ClassVar[str | None] = None
     # Problem types whose answers an LLM judge grades when one is configured.
     judged_types: ClassVar[frozenset[str]] = frozenset()
+    # Reply tokens a rubric question needs (a rationale, then the scores); the judge config's
+    # max_tokens applies when larger.
+    rubric_max_tokens: ClassVar[int] = 0
 
     def __init__(self, root: Path | None = None, **options: Any) -> None:
         #: the benchmark's root folder (subtitles and other side files are found under it)
@@ -199,6 +217,16 @@ class Benchmark:
             "options": JUDGE_OPTIONS,
             "answer": "A",
         }
+
+    def rubric_questions(self, sample: Sample, response: str) -> dict[str, JudgeQuestion]:
+        """Named judge questions grading ``response`` on the benchmark's own rubric (MLVU's generation
+        scores, VCR-Bench's CoT steps), asked when a judge is configured; none by default."""
+        return {}
+
+    def rubric_scores(self, sample: Sample, replies: Mapping[str, str]) -> Rubric:
+        """The judge's rubric ``replies`` (by question name) read into scores; nothing by default (a
+        benchmark without rubric questions has nothing to read in them)."""
+        return Rubric(accuracy=None, details={})
 
     def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
         """Overall score and the benchmark's own breakdowns over ``samples`` (each has a result)."""

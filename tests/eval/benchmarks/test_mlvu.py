@@ -90,3 +90,86 @@ def test_the_prefix_is_part_of_the_prompt_version(tmp_path):
         answer_prefix = None
 
     assert bench.prompt_version(sample) != NoPrefix().prompt_version(sample)
+
+
+SUB_SCENE = [
+    {"video": "subPlot_1.mp4", "duration": 400, "question": "Describe the scene where\nthe boy finds the key.",
+     "answer": "The boy lifts a rug and picks up a key.", "question_type": "subPlot",
+     "scoring_points": ["The boy lifts the rug", "He picks up a key"]},
+    {"video": "subPlot_2.mp4", "duration": 500, "question": "Describe the dinner scene.",
+     "answer": "A family eats dinner.", "question_type": "subPlot", "scoring_points": ["A family eats"]},
+]  # fmt: skip
+SUMMARY_TASK = [
+    {"video": "summary_1.mp4", "duration": 900, "question": "Please summarize this video.",
+     "answer": "A day at the beach.", "question_type": "summary"},
+    {"video": "summary_2.mp4", "duration": 800, "question": "Please summarize this video.",
+     "answer": "A city tour.", "question_type": "summary"},
+]  # fmt: skip
+
+
+def test_generation_tasks_are_judged_with_the_official_rubrics(tmp_path, evaluate):
+    """generation=true: sub-scene items are graded for accuracy (scoring points) + relevance, summaries
+    for completeness + reliability, each 1-5 summed. SSC totals 4+5 = 9 and 2.5+3 = 5.5 → 7.25; VS
+    totals 3+4 = 7 and an unreadable reply counted 0 → 3.5; G-Avg = (7.25 + 3.5) / 2 = 5.375.
+    M-Avg stays the mean of the multiple-choice tasks: plotQA 1/2 = 50."""
+    write_json(tmp_path / "json" / "1_plotQA.json", PLOT)
+    write_json(tmp_path / "json" / "8_sub_scene.json", SUB_SCENE)
+    write_json(tmp_path / "json" / "9_summary.json", SUMMARY_TASK)
+
+    def judged(sample_id, name, reply):
+        return {"id": sample_id, "response": "some description", "rubric_replies": {name: reply}}
+
+    predictions = [
+        judged("8_sub_scene/0", "SSC", "Both points hit.\n{'score_accuracy': 4, 'score_relevance': 5, 'total_score': 9}"),
+        judged("8_sub_scene/1", "SSC", 'Partly.\n{"score_accuracy": 2.5, "score_relevance": 3, "total_score": 5.5}'),
+        judged("9_summary/0", "VS", "{'score_completeness': 3, 'score_reliability': 4, 'total_score': 7}"),
+        judged("9_summary/1", "VS", "I think it is fine."),
+    ]  # fmt: skip
+    out = evaluate(
+        "mlvu", tmp_path, {"1_plotQA/0": "A", "1_plotQA/1": "A"}, predictions=predictions, generation=True
+    )
+    assert len(out.samples) == 6
+    metrics = out.summary.metrics
+    assert metrics["SSC"] == pytest.approx(7.25) and metrics["VS"] == pytest.approx(3.5)
+    assert metrics["G-Avg"] == pytest.approx(5.375)
+    assert metrics["SSC accuracy"] == pytest.approx(3.25) and metrics["VS reliability"] == pytest.approx(2.0)
+    assert out.summary.overall == pytest.approx(50.0)  # M-Avg over plotQA only
+    assert set(out.summary.breakdowns["task"]) == {"plotQA"}
+    first = out.results["8_sub_scene/0"]
+    assert first.judged and first.accuracy == pytest.approx(0.9) and first.details["total"] == 9.0
+    assert out.results["9_summary/1"].details["unreadable"] is True
+    assert any("lacked a score" in note for note in out.summary.notes)
+
+
+def test_generation_prompts_and_judge_questions(tmp_path):
+    from services.eval.benchmarks import get_benchmark
+
+    write_json(tmp_path / "json" / "1_plotQA.json", PLOT)
+    write_json(tmp_path / "json" / "8_sub_scene.json", SUB_SCENE)
+    write_json(tmp_path / "json" / "9_summary.json", SUMMARY_TASK)
+    assert len(get_benchmark("mlvu").load(get_benchmark("mlvu").find_annotations(tmp_path))) == 2  # off
+    bench = get_benchmark("mlvu", generation=True)
+    samples = {s.id: s for s in bench.load(bench.find_annotations(tmp_path))}
+    scene, choice = samples["8_sub_scene/0"], samples["1_plotQA/0"]
+    assert bench.prompt(scene, "qwen2_5_vl") == scene.problem
+    assert bench.system_prompt(scene).endswith("answer the given questions.")
+    assert bench.assistant_prefix(scene) is None and bench.assistant_prefix(choice) == "Best Option: ("
+    assert bench.prompt_version(scene) != bench.prompt_version(choice)
+    (ssc,) = bench.rubric_questions(scene, "The boy finds a key.").values()
+    assert ssc.system.startswith("##TASK DESCRIPTION:") and "'score_relevance'" in ssc.system
+    assert ssc.prompt.endswith(
+        "Question: Describe the scene wherethe boy finds the key.\n"
+        "Scoring Points: ['The boy lifts the rug', 'He picks up a key']\n"
+        "Respondent's Answer: The boy finds a key."
+    )
+    (vs,) = bench.rubric_questions(samples["9_summary/0"], "Sand.").values()
+    assert vs.prompt.endswith("Standard Answer: A day at the beach.\nRespondent's Answer: Sand.")
+    assert bench.rubric_questions(choice, "A") == {}
+
+
+def test_generation_without_a_judge_reports_no_g_avg(tmp_path, evaluate):
+    write_json(tmp_path / "json" / "9_summary.json", SUMMARY_TASK)
+    write_json(tmp_path / "json" / "1_plotQA.json", PLOT)
+    out = evaluate("mlvu", tmp_path, {"9_summary/0": "A beach day."}, generation=True)
+    assert "G-Avg" not in out.summary.metrics
+    assert any("2 of 2 generation items have no judge scores" in note for note in out.summary.notes)
