@@ -28,15 +28,15 @@ from services.api.routes import router
 from services.api.service import BrokerUnavailable, JobService
 from services.api.settings import ApiSettings
 from services.common.db import ensure_schema
-from services.common.jobs import JobConflict, JobNotFound, JobSettings, reap_stale_jobs
+from services.common.jobs import JobConflict, JobNotFound, JobSettings
 
 log = logging.getLogger(__name__)
 
 
-async def _reap_forever(interval_s: float) -> None:
+async def _reap_forever(jobs: JobService, interval_s: float) -> None:
     while True:
         try:
-            await anyio.to_thread.run_sync(reap_stale_jobs)
+            await anyio.to_thread.run_sync(jobs.reap)
         except SQLAlchemyError as exc:
             log.warning("reaper: database unavailable: %s", exc)
         await anyio.sleep(interval_s)
@@ -67,7 +67,11 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
                 "set REELRL_API_AUTH=required to require tokens)",
                 settings.host,
             )
-        reaper = asyncio.create_task(_reap_forever(settings.reaper_interval_s or job_settings.heartbeat_s))
+        if settings.metrics_public:
+            log.warning("/metrics is PUBLIC: served without a token (REELRL_API_METRICS_PUBLIC=true)")
+        reaper = asyncio.create_task(
+            _reap_forever(app.state.jobs, settings.reaper_interval_s or job_settings.heartbeat_s)
+        )
         try:
             yield
         finally:
@@ -80,7 +84,7 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.jobs = jobs or JobService()
+    app.state.jobs = jobs or JobService(settings=settings)
     app.state.metrics = ApiMetrics()
 
     @app.exception_handler(JobNotFound)
@@ -123,6 +127,11 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
     pages.mount_static(app)
     # Outermost first: size limit, then authentication, then metrics around the routes.
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    app.add_middleware(AuthMiddleware, required=settings.auth_required, on_failure=_auth_response)
+    app.add_middleware(
+        AuthMiddleware,
+        required=settings.auth_required,
+        on_failure=_auth_response,
+        metrics_public=settings.metrics_public,
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     return app

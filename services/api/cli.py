@@ -145,6 +145,8 @@ def follow_job(api: ApiClient, job_id: str) -> int:
             elif event.event == "state":
                 state = data["state"]
                 bar.update(task, state=state)
+                if state == "queued" and data.get("reason"):
+                    console.print(f"[yellow]retrying[/yellow]: {data['reason']}")
             elif event.event == "metrics":
                 shown = {k: v for k, v in data.items() if k in ("step", "reward/overall", "reward/accuracy")}
                 bar.update(

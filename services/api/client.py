@@ -93,10 +93,18 @@ class ApiClient:
             raise ApiError(response.status_code, detail)
         return response.json()
 
-    def submit(self, kind: str, config: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+    def submit(
+        self,
+        kind: str,
+        config: dict[str, Any],
+        idempotency_key: str | None = None,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"kind": kind, "config": config}
         if idempotency_key:
             body["idempotency_key"] = idempotency_key
+        if max_retries is not None:
+            body["max_retries"] = max_retries
         return self._call("POST", "/v1/jobs", json=body)
 
     def job(self, job_id: str) -> dict[str, Any]:

@@ -29,6 +29,8 @@ class KindSpec:
     config_model: str  # "package.module:ClassName", a pydantic model that rejects unknown keys
     task: str  # Celery task name; called with kwargs {"job_id": ...}
     queue: str
+    # Re-queues of a job whose worker died, unless REELRL_API_MAX_RETRIES or the submit says otherwise.
+    max_retries: int = 0
 
     def load_model(self) -> type[BaseModel]:
         module_name, _, attr = self.config_model.partition(":")
@@ -51,12 +53,16 @@ class KindSpec:
 KINDS: dict[JobKind, KindSpec] = {
     # Waits on the clip tasks of the `preprocess` queue, so it runs in a pool of its own: a
     # coordinator holding the pool's only slot would wait forever for clips nobody decodes.
+    # Retried twice: decoded clips are content-addressed, so a retry decodes only what is missing.
     JobKind.preprocess: KindSpec(
-        "services.preprocess.job_config:PreprocessJobConfig", "reelrl.preprocess.job", "preprocess-jobs"
+        "services.preprocess.job_config:PreprocessJobConfig", "reelrl.preprocess.job", "preprocess-jobs", 2
     ),
     # Over the API a train config may only name files inside the data roots (TrainJobConfig).
-    JobKind.train: KindSpec("services.trainer.config:TrainJobConfig", "reelrl.train.run", "train"),
-    JobKind.eval: KindSpec("services.eval.config:EvalConfig", "reelrl.eval.run", "eval"),
+    # Retried once: the retry resumes from the last checkpoint (trainer.resume=auto) and recomputes
+    # only the steps after it, but a death that repeats (out of memory) would hold the GPUs each time.
+    JobKind.train: KindSpec("services.trainer.config:TrainJobConfig", "reelrl.train.run", "train", 1),
+    # Retried twice: the run id is the job id, so a retry skips every sample already scored.
+    JobKind.eval: KindSpec("services.eval.config:EvalConfig", "reelrl.eval.run", "eval", 2),
 }
 
 

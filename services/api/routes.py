@@ -56,7 +56,7 @@ def submit_job(body: JobCreate, principal: CurrentPrincipal, request: Request) -
     """Validate the config with the kind's model, record the job, queue it. 202 with its id."""
     try:
         job, created = request.app.state.jobs.submit(
-            body.kind, body.config, body.idempotency_key, principal.name
+            body.kind, body.config, body.idempotency_key, principal.name, body.max_retries
         )
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False)
@@ -135,9 +135,11 @@ def job_metrics(
     job_id: str,
     after: Annotated[int, Query(ge=0, le=_MAX_SEQ, description="last_event of a previous call")] = 0,
 ) -> MetricsSeries:
-    """Training step metrics (one object per step, slash-named keys), from the job's metrics events."""
-    steps, last = metrics_steps(checked_job_id(job_id), after)
-    return MetricsSeries(job_id=job_id, steps=steps, last_event=last)
+    """Training step metrics (one object per step, slash-named keys), from the job's metrics events.
+
+    A step recomputed after a retry resumed from a checkpoint appears once, with its latest values."""
+    steps, last, rewound = metrics_steps(checked_job_id(job_id), after)
+    return MetricsSeries(job_id=job_id, steps=steps, last_event=last, rewind_after_step=rewound)
 
 
 @router.get("/v1/jobs/{job_id}/results", response_model=ResultList, responses={**_ERRORS, **_NOT_FOUND})

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.api.kinds import JobKind
-from services.common.jobs import JobInfo
+from services.common.jobs import MAX_RETRIES_LIMIT, JobInfo
 
 # Visible ASCII: keys travel in logs and URLs, and Postgres text cannot hold NUL.
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,200}$"
@@ -36,6 +36,12 @@ class JobCreate(BaseModel):
     idempotency_key: str | None = Field(
         None, pattern=IDEMPOTENCY_KEY_PATTERN, description="the same key always names the same job"
     )
+    max_retries: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_RETRIES_LIMIT,
+        description="re-queues if the job's worker dies (default: the kind's, REELRL_API_MAX_RETRIES)",
+    )
 
 
 class JobAccepted(BaseModel):
@@ -55,6 +61,11 @@ class MetricsSeries(BaseModel):
     job_id: str
     steps: list[dict[str, Any]] = Field(description="one object per training step, from its metrics events")
     last_event: int = Field(description="pass as `after` to fetch only newer steps")
+    rewind_after_step: int | None = Field(
+        None,
+        description="with `after`: a retried job resumed from this step's checkpoint since then; drop "
+        "the steps above it fetched before, these replace them",
+    )
 
 
 class ResultList(BaseModel):

@@ -10,25 +10,29 @@ from celery import Celery
 from kombu.exceptions import KombuError
 
 from services.api.auth import AuthFailed, Principal
-from services.api.kinds import JobKind, kind_spec
+from services.api.kinds import JobKind, KindUnavailable, kind_spec
 from services.api.schemas import CacheStatsOut
+from services.api.settings import ApiSettings
 from services.api.tokens import Scope
 from services.common.celery_app import get_celery
 from services.common.db.models import JobState
 from services.common.jobs import (
     JobInfo,
     JobNotFound,
+    Reaped,
     create_or_get_job,
     fail_job,
     get_job,
     job_events,
     mark_enqueued,
+    reap_stale_jobs,
     request_cancel,
+    unsent_retries,
 )
+from services.common.jobs import metrics_steps as job_metrics_steps
 
 log = logging.getLogger(__name__)
 
-METRICS_EVENT = "metrics"
 RESULT_EVENT = "result"
 
 
@@ -47,8 +51,9 @@ class BrokerUnavailable(RuntimeError):
 
 
 class JobService:
-    def __init__(self, celery: Celery | None = None) -> None:
+    def __init__(self, celery: Celery | None = None, settings: ApiSettings | None = None) -> None:
         self._celery = celery
+        self.settings = settings or ApiSettings()
 
     @property
     def celery(self) -> Celery:
@@ -56,7 +61,12 @@ class JobService:
         return self._celery or get_celery()
 
     def submit(
-        self, kind: JobKind, config: dict[str, Any], idempotency_key: str | None, owner: str | None
+        self,
+        kind: JobKind,
+        config: dict[str, Any],
+        idempotency_key: str | None,
+        owner: str | None,
+        max_retries: int | None = None,
     ) -> tuple[JobInfo, bool]:
         """Validate with the kind's model, record (once per idempotency key), enqueue.
 
@@ -64,19 +74,43 @@ class JobService:
         """
         spec = kind_spec(kind)
         validated = spec.validate(config)
-        job, created = create_or_get_job(kind.value, validated, idempotency_key, owner)
+        if max_retries is None:
+            max_retries = self.settings.default_max_retries(kind)
+        job, created = create_or_get_job(kind.value, validated, idempotency_key, owner, max_retries)
         if job.state == JobState.queued and job.enqueued_at is None:
             # Also for a replayed key whose first attempt died before enqueueing; a duplicate message
             # is harmless (the job is claimed once).
             try:
-                self.celery.send_task(spec.task, kwargs={"job_id": job.id}, queue=spec.queue)
+                self._send(job.id, kind)
             except (KombuError, OSError) as exc:
                 reason = f"could not enqueue on the broker: {exc}"
                 fail_job(job.id, reason)
                 raise BrokerUnavailable(f"job {job.id}: {reason}") from exc
-            mark_enqueued(job.id)
             job = get_job(job.id)
         return job, created
+
+    def _send(self, job_id: str, kind: JobKind | str) -> None:
+        spec = kind_spec(kind)
+        self.celery.send_task(spec.task, kwargs={"job_id": job_id}, queue=spec.queue)
+        mark_enqueued(job_id)
+
+    def reap(self) -> list[Reaped]:
+        """Take running jobs from workers that went silent, then send the task of every job that
+        went back to the queue. A retry the broker refuses stays queued and is sent on a later call."""
+        reaped = reap_stale_jobs()
+        for job_id, kind in unsent_retries():
+            try:
+                self._send(job_id, kind)
+            except KindUnavailable as exc:
+                fail_job(job_id, f"could not retry: {exc}")
+                continue
+            except (KombuError, OSError) as exc:
+                log.warning(
+                    "job %s: could not send its retry to the broker (tried again later): %s", job_id, exc
+                )
+                break
+            log.info("job %s: retry sent", job_id)
+        return reaped
 
     def cancel(self, job_id: str, principal: Principal) -> JobInfo:
         job = get_job(job_id)
@@ -87,11 +121,11 @@ class JobService:
         return request_cancel(job_id)
 
 
-def metrics_steps(job_id: str, after: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """The job's training step metrics (each a dict with ``step``) and the number of the last one read."""
+def metrics_steps(job_id: str, after: int = 0) -> tuple[list[dict[str, Any]], int, int | None]:
+    """The job's training steps (each once, a dict with ``step``), the number of the last event read,
+    and the step after which a rewind among those events superseded what came before (or None)."""
     get_job(job_id)
-    events = job_events(job_id, after=after, types=[METRICS_EVENT])
-    return [e.data for e in events], (events[-1].seq if events else after)
+    return job_metrics_steps(job_id, after)
 
 
 def results(job_id: str) -> list[dict[str, Any]]:

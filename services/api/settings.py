@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.api.kinds import KINDS, JobKind
+from services.common.jobs import MAX_RETRIES_LIMIT
 
 
 def is_loopback(host: str) -> bool:
@@ -30,6 +33,16 @@ class ApiSettings(BaseSettings):
     sse_ping_s: float = Field(15.0, gt=0, description="keep-alive comment interval of event streams")
     # None: every job heartbeat interval (REELRL_JOB_HEARTBEAT_S).
     reaper_interval_s: float | None = Field(None, gt=0)
+    max_retries: dict[JobKind, Annotated[int, Field(ge=0, le=MAX_RETRIES_LIMIT)]] = Field(
+        default_factory=dict,
+        description="JSON {kind: n}: re-queues of a job whose worker died, over the kind's default",
+    )
+    # Prometheus scrapes /metrics without a token when true; otherwise it needs a token with the
+    # `metrics` (or `read`) scope.
+    metrics_public: bool = Field(False, description="serve /metrics without a token")
+
+    def default_max_retries(self, kind: JobKind) -> int:
+        return self.max_retries.get(kind, KINDS[kind].max_retries)
 
     @property
     def auth_required(self) -> bool:

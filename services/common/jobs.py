@@ -1,7 +1,8 @@
 """The job model every worker shares: create, claim, heartbeat, report, finish, reap (SPEC §7).
 
 A job is a row in ``jobs`` and an append-only list of events in ``job_events``. States move
-queued → running → succeeded | failed | cancelled and nowhere else. Every change writes an event in the
+queued → running → succeeded | failed | cancelled, and running → queued when the job's worker died and
+the job has retries left (``max_retries``); nowhere else. Every change writes an event in the
 same transaction as the row, numbered per job by the UPDATE that locks the row, so event numbers are
 gap-free and in commit order: an SSE client resuming from ``Last-Event-ID`` misses nothing, across API
 restarts too.
@@ -20,7 +21,10 @@ A Celery task of any kind runs its job like this::
 ``run_job`` refuses (raising :class:`JobNotRunnable`, which Celery treats as "ignore and acknowledge")
 a redelivered message for a job that is finished or still running under a live heartbeat, so a job
 never runs twice at once. A worker that dies stops heartbeating; :func:`reap_stale_jobs` (run
-periodically by the API) then marks the job failed with the reason.
+periodically by the API) then puts the job back in the queue while it has retries left (the API sends
+its task again) and fails it with the reason once they are spent. Every write of a worker is fenced by
+the job's attempt number, and a worker that could not renew its heartbeat for nearly the timeout stops
+by itself, so the worker of an earlier attempt can neither write nor keep running beside the next one.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,9 +62,15 @@ STATE_EVENT = "state"
 PROGRESS_EVENT = "progress"
 CANCEL_EVENT = "cancel_requested"
 RESERVED_EVENTS = frozenset({STATE_EVENT, PROGRESS_EVENT, CANCEL_EVENT})
+# One training step's values ({"step": n, key: value, …}).
+METRICS_EVENT = "metrics"
+# {"after_step": n}: the metrics events before it for steps after n are superseded by the ones that
+# follow it (a retried training job resumed from step n's checkpoint and recomputes the later steps).
+METRICS_REWIND_EVENT = "metrics_rewind"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,31}")
 _REASON_CHARS = 4000
 _TRACEBACK_CHARS = 16000
+MAX_RETRIES_LIMIT = 20
 
 
 class JobSettings(BaseSettings):
@@ -126,7 +137,8 @@ class JobInfo(BaseModel):
     progress: Progress
     cancel_requested: bool
     worker: str | None
-    attempts: int
+    attempts: int = Field(description="times a worker started the job (1 + retries so far)")
+    max_retries: int = Field(description="re-queues allowed when the job's worker dies")
     last_event: int = Field(description="number of the job's latest event")
     created_at: datetime
     updated_at: datetime
@@ -150,7 +162,7 @@ def _info(job: Job) -> JobInfo:
         idempotency_key=job.idempotency_key, reason=job.reason, result=job.result,
         progress=Progress(done=job.progress_done, total=job.progress_total, message=job.progress_message),
         cancel_requested=job.cancel_requested, worker=job.worker, attempts=job.attempts,
-        last_event=job.last_seq, created_at=job.created_at, updated_at=job.updated_at,
+        max_retries=job.max_retries, last_event=job.last_seq, created_at=job.created_at, updated_at=job.updated_at,
         enqueued_at=job.enqueued_at, started_at=job.started_at, heartbeat_at=job.heartbeat_at,
         finished_at=job.finished_at,
     )  # fmt: skip
@@ -209,12 +221,19 @@ def _append(
 
 
 def create_or_get_job(
-    kind: str, config: dict[str, Any], idempotency_key: str | None = None, owner: str | None = None
+    kind: str,
+    config: dict[str, Any],
+    idempotency_key: str | None = None,
+    owner: str | None = None,
+    max_retries: int = 0,
 ) -> tuple[JobInfo, bool]:
     """A new queued job, or the job created earlier with the same idempotency key (``created`` False).
 
-    Reusing a key for a different kind or config raises :class:`JobConflict`.
+    Reusing a key for a different kind or config raises :class:`JobConflict`; the earlier job keeps
+    its own ``max_retries`` (the retry budget is how to run a job, not which job it is).
     """
+    if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+        raise ValueError(f"max_retries must be within 0..{MAX_RETRIES_LIMIT}, got {max_retries}")
     config = jsonable(config, "config")
     if idempotency_key is not None:
         existing = _by_key(idempotency_key, kind, config)
@@ -228,7 +247,8 @@ def create_or_get_job(
                 Job(
                     id=job_id, kind=kind, state=JobState.queued, config=config,
                     idempotency_key=idempotency_key, owner=owner, progress_done=0, progress_message="",
-                    cancel_requested=False, attempts=0, last_seq=1, created_at=now, updated_at=now,
+                    cancel_requested=False, attempts=0, max_retries=max_retries, last_seq=1,
+                    created_at=now, updated_at=now,
                 )
             )  # fmt: skip
             session.flush()
@@ -247,10 +267,14 @@ def create_or_get_job(
 
 
 def create_job(
-    kind: str, config: dict[str, Any], idempotency_key: str | None = None, owner: str | None = None
+    kind: str,
+    config: dict[str, Any],
+    idempotency_key: str | None = None,
+    owner: str | None = None,
+    max_retries: int = 0,
 ) -> str:
     """The id of a new queued job (or of the earlier job with this idempotency key)."""
-    return create_or_get_job(kind, config, idempotency_key, owner)[0].id
+    return create_or_get_job(kind, config, idempotency_key, owner, max_retries)[0].id
 
 
 def _by_key(key: str, kind: str, config: dict[str, Any]) -> JobInfo | None:
@@ -315,6 +339,34 @@ def job_events(
         ]
 
 
+def fold_metrics(events: list[EventInfo]) -> tuple[list[dict[str, Any]], int | None]:
+    """Each step once, as of the last event, from ``metrics`` and ``metrics_rewind`` events in order;
+    and the lowest ``after_step`` of the rewinds among them (None if none): a client holding steps
+    from before these events drops those above it."""
+    steps: dict[int | str, dict[str, Any]] = {}  # in order of arrival, which is step order
+    rewound: int | None = None
+    for event in events:
+        if event.type == METRICS_REWIND_EVENT:
+            after = int(event.data["after_step"])
+            steps = {n: d for n, d in steps.items() if not isinstance(n, int) or n <= after}
+            rewound = after if rewound is None else min(rewound, after)
+        elif event.type == METRICS_EVENT:
+            step = event.data.get("step")
+            # A step reported again without a rewind (events from before rewinds existed) also
+            # replaces the earlier one; one without a number (not from the trainer) is kept as is.
+            key = step if isinstance(step, int) and not isinstance(step, bool) else f"#{event.seq}"
+            steps.pop(key, None)
+            steps[key] = event.data
+    return list(steps.values()), rewound
+
+
+def metrics_steps(job_id: str, after: int = 0) -> tuple[list[dict[str, Any]], int, int | None]:
+    """:func:`fold_metrics` of the job's events numbered above ``after``, with the last number read."""
+    events = job_events(job_id, after=after, types=[METRICS_EVENT, METRICS_REWIND_EVENT])
+    steps, rewound = fold_metrics(events)
+    return steps, (events[-1].seq if events else after), rewound
+
+
 def recent_events(job_id: str, limit: int, exclude_types: tuple[str, ...] = ()) -> list[EventInfo]:
     """The job's last ``limit`` events (oldest first), leaving out the given types."""
     query = select(JobEvent).where(JobEvent.job_id == job_id)
@@ -334,11 +386,16 @@ def request_cancel(job_id: str) -> JobInfo:
     A finished job raises :class:`JobConflict`.
     """
     with session_scope() as session:
-        done = _append(
-            session, job_id, (Job.state == JobState.queued,), STATE_EVENT,
-            {"state": "cancelled", "reason": "cancelled before it started"},
-            state=JobState.cancelled, reason="cancelled before it started", finished_at=utcnow(),
-        )  # fmt: skip
+        done = None
+        for attempted, reason in (
+            (Job.attempts == 0, "cancelled before it started"),
+            (Job.attempts > 0, "cancelled while queued for a retry"),
+        ):
+            done = done or _append(
+                session, job_id, (Job.state == JobState.queued, attempted), STATE_EVENT,
+                {"state": "cancelled", "reason": reason},
+                state=JobState.cancelled, reason=reason, finished_at=utcnow(),
+            )  # fmt: skip
         if done is None:
             _append(
                 session, job_id, (Job.state == JobState.running, Job.cancel_requested.is_(False)),
@@ -373,34 +430,77 @@ def fail_job(job_id: str, reason: str) -> bool:
     return seq is not None
 
 
-def reap_stale_jobs(settings: JobSettings | None = None, now: datetime | None = None) -> list[str]:
-    """Fail every running job whose heartbeat is older than the timeout; the ids reaped."""
+@dataclass(frozen=True)
+class Reaped:
+    """A running job whose worker went silent, and what the reaper made of it."""
+
+    job_id: str
+    kind: str
+    state: JobState  # queued (retried: its task must be sent again), failed, or cancelled
+    reason: str
+
+
+def reap_stale_jobs(settings: JobSettings | None = None, now: datetime | None = None) -> list[Reaped]:
+    """Every running job whose heartbeat is older than the timeout: back to the queue while it has
+    retries left, else failed (cancelled, if a cancel was requested). Returns what was reaped.
+
+    A re-queued job has no ``enqueued_at``: :func:`unsent_retries` lists it until its task is sent.
+    """
     settings = settings or JobSettings()
     now = now or utcnow()
     cutoff = now - timedelta(seconds=settings.heartbeat_timeout_s)
     reaped = []
     with session_scope() as session:
         stale = session.execute(
-            select(Job.id, Job.worker, Job.heartbeat_at).where(
-                Job.state == JobState.running, Job.heartbeat_at < cutoff
-            )
-        ).all()
-    for job_id, worker, beat in stale:
+            select(
+                Job.id, Job.kind, Job.worker, Job.heartbeat_at, Job.attempts, Job.max_retries,
+                Job.cancel_requested,
+            ).where(Job.state == JobState.running, Job.heartbeat_at < cutoff)
+        ).all()  # fmt: skip
+    for job_id, kind, worker, beat, attempts, max_retries, cancel in stale:
         silent = (now - beat).total_seconds()
-        reason = (
+        lost = (
             f"worker lost: no heartbeat from {worker} for {silent:.0f} s "
             f"(timeout {settings.heartbeat_timeout_s:g} s)"
         )
+        data: dict[str, Any] = {}
+        if cancel:
+            state, reason = JobState.cancelled, f"cancelled on request ({lost})"
+            values: dict[str, Any] = {"finished_at": now}
+        elif attempts <= max_retries:
+            # attempts counts the starts so far: the next start is retry number `attempts`.
+            state, reason = JobState.queued, f"{lost}; retry {attempts} of {max_retries}"
+            values = {"enqueued_at": None}
+            data = {"retry": attempts, "max_retries": max_retries}
+        else:
+            spent = f"; no retries left ({attempts} attempts)" if max_retries else ""
+            state, reason = JobState.failed, lost + spent
+            values = {"finished_at": now}
         with session_scope() as session:
+            # Only if nobody changed the job meanwhile (its worker beat, or another reaper got there).
             seq = _append(
-                session, job_id, (Job.state == JobState.running, Job.heartbeat_at == beat), STATE_EVENT,
-                {"state": "failed", "reason": reason},
-                state=JobState.failed, reason=reason, finished_at=now,
+                session, job_id, (Job.state == JobState.running, Job.heartbeat_at == beat,
+                                  Job.attempts == attempts), STATE_EVENT,
+                {"state": state.value, "reason": reason, **data},
+                state=state, reason=reason, **values,
             )  # fmt: skip
         if seq is not None:
-            log.warning("job %s: %s", job_id, reason)
-            reaped.append(job_id)
+            log.warning("job %s: %s → %s", job_id, reason, state.value)
+            reaped.append(Reaped(job_id, kind, state, reason))
     return reaped
+
+
+def unsent_retries() -> list[tuple[str, str]]:
+    """(id, kind) of every re-queued job whose task was not sent yet (oldest first)."""
+    with session_scope() as session:
+        return [
+            (job_id, kind)
+            for job_id, kind in session.execute(
+                select(Job.id, Job.kind)
+                .where(Job.state == JobState.queued, Job.attempts > 0, Job.enqueued_at.is_(None))
+                .order_by(Job.updated_at)
+            )
+        ]
 
 
 # --- worker side: run one job ------------------------------------------------------------------
@@ -418,7 +518,12 @@ class JobContext:
         self.kind = job.kind
         self.config: dict[str, Any] = job.config
         self.worker = worker
+        self.attempt = job.attempts  # 1 for the first run, 2 for the first retry, …
         self._settings = settings
+        # The reaper gives the job away after heartbeat_timeout_s of silence; a worker that could
+        # not beat for one period less than that stops first, so two attempts never overlap.
+        self._fence_s = settings.heartbeat_timeout_s - settings.heartbeat_s
+        self._last_beat = time.monotonic()
         self._cancel = threading.Event()
         self._lost = threading.Event()
         self._io = threading.Lock()  # one writer at a time: the job's thread or the heartbeat
@@ -428,19 +533,29 @@ class JobContext:
 
     @property
     def _mine(self) -> tuple[ColumnElement[bool], ...]:
-        return (Job.state == JobState.running, Job.worker == self.worker)
+        return (Job.state == JobState.running, Job.worker == self.worker, Job.attempts == self.attempt)
 
     def cancel_requested(self) -> bool:
-        """True once a cancel was requested (or the job was taken from this worker): stop soon."""
+        """True once a cancel was requested, the job was taken from this worker, or its heartbeat
+        could not be renewed for so long that the reaper may give it to another worker: stop soon."""
+        if not self._cancel.is_set():
+            silent = time.monotonic() - self._last_beat
+            if silent > self._fence_s:
+                log.error(
+                    "job %s: no heartbeat recorded for %.1f s (the reaper takes the job after %g s); "
+                    "stopping so that a retry never runs beside this attempt",
+                    self.job_id, silent, self._settings.heartbeat_timeout_s,
+                )  # fmt: skip
+                self._lose()
         return self._cancel.is_set()
 
     def raise_if_cancelled(self) -> None:
-        if self._cancel.is_set():
+        if self.cancel_requested():
             raise JobCancelled(f"job {self.job_id}: cancel requested")
 
     @property
     def lost(self) -> bool:
-        """The job is no longer this worker's (the reaper failed it after missed heartbeats)."""
+        """The job is no longer this worker's (the reaper took it after missed heartbeats)."""
         return self._lost.is_set()
 
     def progress(self, done: int, total: int | None = None, message: str = "") -> None:
@@ -518,13 +633,15 @@ class JobContext:
                 ).first()
         if row is None:
             self._lose()
-        elif row[0]:
+            return
+        self._last_beat = time.monotonic()
+        if row[0]:
             self._cancel.set()
 
     def _lose(self) -> None:
         if not self._lost.is_set():
             log.error(
-                "job %s is no longer run by %s (failed by the reaper?); stopping", self.job_id, self.worker
+                "job %s (attempt %d) is no longer run by %s; stopping", self.job_id, self.attempt, self.worker
             )
         self._lost.set()
         self._cancel.set()
@@ -570,31 +687,36 @@ class _Heartbeat:
 
 
 def _claim(job_id: str, worker: str, settings: JobSettings) -> JobInfo:
-    now = utcnow()
-    with session_scope() as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        if job.state.terminal:
-            raise JobNotRunnable(job_id, job.state, "already finished")
-        if job.state == JobState.running:
-            silent = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else math.inf
-            if silent < settings.heartbeat_timeout_s:
-                raise JobNotRunnable(
-                    job_id, job.state, f"running on {job.worker} (heartbeat {silent:.1f} s ago)"
-                )
-        claimed = _append(
-            session, job_id, (Job.state == JobState.queued,), STATE_EVENT,
-            {"state": "running", "worker": worker},
-            state=JobState.running, worker=worker, started_at=now, heartbeat_at=now,
-            attempts=Job.attempts + 1, cancel_requested=False,
-        )  # fmt: skip
-    if claimed is None:
-        # Running with a stale heartbeat (its worker died), or claimed by another worker just now.
-        reap_stale_jobs(settings)
-        job_now = get_job(job_id)
-        raise JobNotRunnable(job_id, job_now.state, job_now.reason or f"claimed by {job_now.worker}")
-    return get_job(job_id)
+    for _ in range(2):
+        now = utcnow()
+        with session_scope() as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.state.terminal:
+                raise JobNotRunnable(job_id, job.state, "already finished")
+            if job.state == JobState.running:
+                silent = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else math.inf
+                if silent < settings.heartbeat_timeout_s:
+                    raise JobNotRunnable(
+                        job_id, job.state, f"running on {job.worker} (heartbeat {silent:.1f} s ago)"
+                    )
+            attempt = job.attempts + 1
+            claimed = _append(
+                session, job_id, (Job.state == JobState.queued, Job.attempts == job.attempts), STATE_EVENT,
+                {"state": "running", "worker": worker, "attempt": attempt},
+                state=JobState.running, worker=worker, started_at=now, heartbeat_at=now,
+                attempts=attempt, cancel_requested=False, reason=None,
+            )  # fmt: skip
+        if claimed is not None:
+            return get_job(job_id)
+        # Running with a stale heartbeat (its worker died: this is the broker redelivering its
+        # message), or claimed by another worker just now. A reaped job with retries left is queued
+        # again: this message may run it (a message the API sends for it later is then dropped).
+        if not any(r.job_id == job_id and r.state == JobState.queued for r in reap_stale_jobs(settings)):
+            break
+    job_now = get_job(job_id)
+    raise JobNotRunnable(job_id, job_now.state, job_now.reason or f"claimed by {job_now.worker}")
 
 
 def _describe(exc: BaseException) -> str:
@@ -627,7 +749,9 @@ def run_job(job_id: str, *, worker: str | None = None) -> Iterator[JobContext]:
     else:
         if ctx.lost:
             return
-        if ctx.cancel_requested():
+        # Not cancel_requested(): once the body is done a late heartbeat stops nothing, and the
+        # final write is refused anyway if the job was taken away meanwhile.
+        if ctx._cancel.is_set():
             ctx._finish(JobState.cancelled, "cancelled on request")
         else:
             ctx._finish(JobState.succeeded, None)

@@ -12,11 +12,38 @@ from typing import Any
 
 from celery import shared_task
 
-from services.common.jobs import run_job
+from services.common.jobs import METRICS_EVENT, METRICS_REWIND_EVENT, JobContext, metrics_steps, run_job
 
 TRAIN_TASK = "reelrl.train.run"
 # A run is bounded by its own total_steps; the broker's visibility timeout must exceed this on Redis.
 _TRAIN_LIMIT_S = 30 * 24 * 3600
+
+
+class _Rewind:
+    """Says once per attempt, before its first step, that a retry recomputes steps reported before.
+
+    A retry resumes from the last checkpoint (``trainer.resume=auto``) and recomputes the steps after
+    it, which the earlier attempt may have reported. Their new values are the run's history (the
+    trainer truncates ``metrics.jsonl`` the same way), so they are reported again after a
+    ``metrics_rewind`` event: the metrics endpoint and the status page keep each step once, as of the
+    latest report, and an event-stream client drops its steps above ``after_step`` when it sees one.
+    """
+
+    def __init__(self, ctx: JobContext) -> None:
+        self._ctx = ctx
+        self._checked = False
+
+    def before(self, step: int) -> None:
+        if self._checked:
+            return
+        self._checked = True
+        reported, _, _ = metrics_steps(self._ctx.job_id)
+        recomputed = [s["step"] for s in reported if isinstance(s.get("step"), int) and s["step"] >= step]
+        if recomputed:
+            self._ctx.event(
+                METRICS_REWIND_EVENT,
+                {"after_step": step - 1, "superseded": recomputed, "attempt": self._ctx.attempt},
+            )
 
 
 def run_train_job(job_id: str, *, on_step: Sequence[Callable[[int, dict], None]] = ()) -> dict[str, Any]:
@@ -28,9 +55,11 @@ def run_train_job(job_id: str, *, on_step: Sequence[Callable[[int, dict], None]]
     with run_job(job_id) as ctx:
         config = parse_config(ctx.config)
         total = config.trainer.total_steps
+        rewind = _Rewind(ctx)
 
         def report(step: int, metrics: dict) -> None:
-            ctx.event("metrics", metrics)
+            rewind.before(step)
+            ctx.event(METRICS_EVENT, metrics)
             ctx.progress(step, total, "steps")
 
         # A cancel stops the loop after the current step, which is then checkpointed (the job ends

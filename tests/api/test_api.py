@@ -1,13 +1,17 @@
 """The REST API in process (embedded SQLite and filesystem broker): validation, lifecycle routes, reads."""
 
 import json
+from datetime import timedelta
 
 import pytest
 
 from services.api import kinds
 from services.api.kinds import KINDS, JobKind, KindSpec
-from services.common.db.models import JobState
-from services.common.jobs import create_job, get_job, job_events, list_jobs, run_job
+from services.api.settings import ApiSettings
+from services.common.db.models import JobState, utcnow
+from services.common.jobs import create_job, get_job, job_events, list_jobs, reap_stale_jobs, run_job
+from services.common.settings import get_settings
+from tests.api.stack import wait_for
 
 
 def preprocess_body(**config):
@@ -221,6 +225,60 @@ def _sse(lines):
         elif not line.startswith(":"):
             name, _, value = line.partition(":")
             event[name] = value.strip()
+
+
+def test_metrics_show_each_step_once_after_a_rewind(client):
+    job_id = create_job("train", {}, max_retries=1)
+    with run_job(job_id) as ctx:
+        for step in range(4):
+            ctx.event("metrics", {"step": step, "reward/overall": 0.1})
+        reap_stale_jobs(now=utcnow() + timedelta(seconds=60))  # its worker is lost
+    first = client.get(f"/v1/jobs/{job_id}/metrics").json()
+    assert [s["step"] for s in first["steps"]] == [0, 1, 2, 3] and first["rewind_after_step"] is None
+    # A retry resumed from step 1's checkpoint and recomputes 2 and 3.
+    with run_job(job_id) as ctx:
+        ctx.event("metrics_rewind", {"after_step": 1})
+        ctx.event("metrics", {"step": 2, "reward/overall": 0.7})
+    whole = client.get(f"/v1/jobs/{job_id}/metrics").json()
+    assert [(s["step"], s["reward/overall"]) for s in whole["steps"]] == [(0, 0.1), (1, 0.1), (2, 0.7)]
+    newer = client.get(f"/v1/jobs/{job_id}/metrics", params={"after": first["last_event"]}).json()
+    assert newer["rewind_after_step"] == 1 and [s["step"] for s in newer["steps"]] == [2]
+
+
+def test_retry_budget_from_the_kind_the_settings_or_the_submit(make_client, monkeypatch):
+    assert KINDS[JobKind.preprocess].max_retries == 2 and KINDS[JobKind.eval].max_retries == 2
+    assert KINDS[JobKind.train].max_retries == 1
+    monkeypatch.setenv("REELRL_API_MAX_RETRIES", '{"train": 0}')
+    settings = ApiSettings()
+    assert settings.default_max_retries(JobKind.train) == 0
+    assert settings.default_max_retries(JobKind.preprocess) == 2  # a kind left out keeps its default
+    monkeypatch.setenv("REELRL_API_MAX_RETRIES", '{"train": -1}')
+    with pytest.raises(ValueError, match="max_retries"):
+        ApiSettings()
+    monkeypatch.delenv("REELRL_API_MAX_RETRIES")
+
+    client = make_client(max_retries={"preprocess": 5})
+    by_setting = client.post("/v1/jobs", json=preprocess_body()).json()["id"]
+    assert client.get(f"/v1/jobs/{by_setting}").json()["max_retries"] == 5
+    body = {**preprocess_body(out="out/b.jsonl"), "max_retries": 0}
+    by_submit = client.post("/v1/jobs", json=body).json()["id"]
+    assert client.get(f"/v1/jobs/{by_submit}").json()["max_retries"] == 0
+    too_many = client.post("/v1/jobs", json={**preprocess_body(), "max_retries": 21})
+    assert too_many.status_code == 422 and locs(too_many) == ["body.max_retries"]
+
+
+def test_the_reaper_requeues_a_lost_job_and_sends_its_task_again(client):
+    queue = get_settings().broker_folder / "queue"
+    job_id = client.post("/v1/jobs", json={**preprocess_body(), "max_retries": 1}).json()["id"]
+    assert len(list(queue.iterdir())) == 1  # its task: no worker consumes the embedded queue here
+    with run_job(job_id):  # this test plays the worker, which then dies
+        (reaped,) = reap_stale_jobs(now=utcnow() + timedelta(seconds=60))
+        assert reaped.state == JobState.queued
+        # The API's reaper loop sends the retry's task, once.
+        wait_for(lambda: get_job(job_id).enqueued_at is not None, timeout=20, message="retry sent")
+    assert len(list(queue.iterdir())) == 2
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["state"] == "queued" and job["attempts"] == 1 and "retry 1 of 1" in job["reason"]
 
 
 def test_health_kinds_cache_and_prometheus(client):

@@ -1,6 +1,8 @@
-"""The job model on real databases: state machine, events, heartbeats, cancel, reaper, idempotency."""
+"""The job model on real databases: state machine, events, heartbeats, cancel, reaper, retries,
+idempotency."""
 
 import math
+import sqlite3
 import threading
 import time
 from datetime import timedelta
@@ -12,20 +14,26 @@ from celery.exceptions import Ignore
 
 from services.common.db.models import JobState, utcnow
 from services.common.jobs import (
+    EventInfo,
+    JobCancelled,
     JobConflict,
     JobNotFound,
     JobNotRunnable,
     JobSettings,
     create_job,
     create_or_get_job,
+    fold_metrics,
     get_job,
     job_events,
     jsonable,
     list_jobs,
+    mark_enqueued,
+    metrics_steps,
     reap_stale_jobs,
     recent_events,
     request_cancel,
     run_job,
+    unsent_retries,
 )
 
 
@@ -222,9 +230,10 @@ def test_reaper_fails_a_silent_job_and_its_worker_stops(job_db):
     with run_job(job_id) as ctx:
         assert reap_stale_jobs() == []  # heartbeat is fresh
         later = utcnow() + timedelta(seconds=60)
-        assert reap_stale_jobs(now=later) == [job_id]
+        assert [(r.job_id, r.state) for r in reap_stale_jobs(now=later)] == [(job_id, JobState.failed)]
         job = get_job(job_id)
         assert job.state == JobState.failed and job.reason.startswith("worker lost: no heartbeat from")
+        assert "retries" not in job.reason  # none were allowed: nothing to say about them
         # The worker's next heartbeat finds the job gone: it is told to stop, and writes nothing more.
         assert wait_for(lambda: ctx.lost) and ctx.cancel_requested()
         assert ctx.event("metrics", {"step": 1}) is None
@@ -246,6 +255,177 @@ def test_redelivery_after_worker_death_fails_the_job(job_db, monkeypatch):
     # The first worker ending late cannot overwrite the verdict.
     job = get_job(job_id)
     assert job.state == JobState.failed and "dead:1:1" in job.reason and job.attempts == 1
+
+
+def _later(seconds: float = 60):
+    return utcnow() + timedelta(seconds=seconds)
+
+
+def test_reaper_requeues_a_lost_job_until_its_retries_are_spent(job_db):
+    job_id = create_job("preprocess", {}, max_retries=1)
+    assert get_job(job_id).max_retries == 1
+    with run_job(job_id, worker="first:1:1") as first:
+        reaped = reap_stale_jobs(now=_later())
+        assert [(r.job_id, r.kind, r.state) for r in reaped] == [(job_id, "preprocess", JobState.queued)]
+        job = get_job(job_id)
+        assert job.state == JobState.queued and job.attempts == 1 and job.enqueued_at is None
+        assert job.reason.startswith("worker lost: no heartbeat from first:1:1")
+        assert job.reason.endswith("; retry 1 of 1")
+        requeued = job_events(job_id)[-1]
+        assert requeued.type == "state" and requeued.data["state"] == "queued"
+        assert (requeued.data["retry"], requeued.data["max_retries"]) == (1, 1)
+        # Until the API sends its task again the job is listed as unsent, then no more.
+        assert unsent_retries() == [(job_id, "preprocess")]
+        mark_enqueued(job_id)
+        assert unsent_retries() == []
+        # The first attempt's worker is fenced off: its next heartbeat stops it, it writes nothing.
+        assert wait_for(lambda: first.lost) and first.cancel_requested()
+        assert first.event("metrics", {"step": 1}) is None
+
+        with run_job(job_id, worker="second:1:1") as second:
+            assert second.attempt == 2
+            job = get_job(job_id)
+            assert job.state == JobState.running and job.attempts == 2 and job.reason is None
+            assert job_events(job_id)[-1].data == {"state": "running", "worker": "second:1:1", "attempt": 2}
+            # The second attempt dies too: no retry is left.
+            reaped = reap_stale_jobs(now=_later())
+            assert [(r.job_id, r.state) for r in reaped] == [(job_id, JobState.failed)]
+            assert wait_for(lambda: second.lost)
+    # Neither late worker ending overwrote the verdict.
+    job = get_job(job_id)
+    assert job.state == JobState.failed and job.attempts == 2
+    assert job.reason.startswith("worker lost: no heartbeat from second:1:1")
+    assert job.reason.endswith("; no retries left (2 attempts)")
+    states = [e.data["state"] for e in job_events(job_id) if e.type == "state"]
+    assert states == ["queued", "running", "queued", "running", "failed"]
+
+
+def test_a_lost_job_whose_cancel_was_requested_ends_cancelled(job_db):
+    job_id = create_job("train", {}, max_retries=3)
+    with run_job(job_id) as ctx:
+        request_cancel(job_id)
+        assert wait_for(ctx.cancel_requested)
+        assert [r.state for r in reap_stale_jobs(now=_later())] == [JobState.cancelled]
+    job = get_job(job_id)
+    assert job.state == JobState.cancelled and job.reason.startswith("cancelled on request (worker lost")
+    assert unsent_retries() == []
+
+
+def test_cancelling_a_requeued_job_says_so(job_db):
+    job_id = create_job("eval", {}, max_retries=1)
+    with run_job(job_id):
+        reap_stale_jobs(now=_later())
+        job = request_cancel(job_id)
+    assert job.state == JobState.cancelled and job.reason == "cancelled while queued for a retry"
+    assert get_job(job_id).state == JobState.cancelled and unsent_retries() == []
+
+
+def test_redelivery_after_worker_death_runs_the_retry_once(job_db, monkeypatch):
+    """The broker redelivers a dead worker's message: with a retry left, that message runs attempt 2;
+    the task the API sends for the retry later finds it running and is dropped."""
+    job_id = create_job("train", {}, max_retries=1)
+    monkeypatch.setenv("REELRL_JOB_HEARTBEAT_S", "100")  # the first worker never beats again
+    monkeypatch.setenv("REELRL_JOB_HEARTBEAT_TIMEOUT_S", "300")
+    with run_job(job_id, worker="dead:1:1"):
+        monkeypatch.setenv("REELRL_JOB_HEARTBEAT_S", "0.1")
+        monkeypatch.setenv("REELRL_JOB_HEARTBEAT_TIMEOUT_S", "1")
+        time.sleep(1.2)
+        with run_job(job_id, worker="new:1:1") as ctx:
+            assert ctx.attempt == 2 and get_job(job_id).worker == "new:1:1"
+            with pytest.raises(JobNotRunnable, match="running on new:1:1"), run_job(job_id, worker="api:1:1"):
+                raise AssertionError("ran twice")
+            ctx.event("metrics", {"step": 1})
+    # The first worker ending late (it wakes up after the retry finished) changes nothing.
+    job = get_job(job_id)
+    assert job.state == JobState.succeeded and job.attempts == 2 and job.worker == "new:1:1"
+
+
+def _hold_job_row(job_id: str):
+    """Another connection holding the lock a heartbeat needs (the job's row; all of SQLite)."""
+    from sqlalchemy import select
+
+    from services.common.db import get_engine
+    from services.common.db.models import Job
+
+    engine = get_engine()
+    if engine.dialect.name == "sqlite":
+        conn = sqlite3.connect(engine.url.database, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        return lambda: (conn.execute("ROLLBACK"), conn.close())
+    conn = engine.connect()
+    tx = conn.begin()
+    conn.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+    return lambda: (tx.rollback(), conn.close())
+
+
+def test_a_worker_that_cannot_heartbeat_stops_before_the_reaper_gives_its_job_away(job_db, monkeypatch):
+    monkeypatch.setenv("REELRL_JOB_HEARTBEAT_S", "0.2")
+    monkeypatch.setenv("REELRL_JOB_HEARTBEAT_TIMEOUT_S", "1.5")
+    job_id = create_job("train", {}, max_retries=1)
+    with run_job(job_id) as ctx:
+        time.sleep(0.5)
+        assert not ctx.cancel_requested()  # beating normally
+        release = _hold_job_row(job_id)
+        try:
+            held = time.monotonic()
+            # Within timeout - period (1.3 s) of its last beat, before any reaper may act.
+            assert wait_for(ctx.cancel_requested, timeout=5)
+            assert ctx.lost and time.monotonic() - held < 1.5
+            with pytest.raises(JobCancelled):
+                ctx.raise_if_cancelled()
+        finally:
+            release()
+    # It stopped without claiming an end: the reaper decides (here: a retry).
+    assert get_job(job_id).state == JobState.running
+    assert [r.state for r in reap_stale_jobs(now=_later())] == [JobState.queued]
+
+
+def _event(seq, type, data):
+    return EventInfo(job_id="j", seq=seq, type=type, data=data, created_at=utcnow())
+
+
+def test_fold_metrics_keeps_each_step_once_as_of_the_latest_history():
+    events = [_event(i, "metrics", {"step": i, "loss": 1.0}) for i in range(1, 8)]
+    events.append(_event(8, "metrics_rewind", {"after_step": 5}))
+    events += [
+        _event(9, "metrics", {"step": 6, "loss": 0.5}),
+        _event(10, "metrics", {"step": 7, "loss": 0.4}),
+    ]
+    events.append(_event(11, "metrics", {"step": 8, "loss": 0.3}))
+    steps, rewound = fold_metrics(events)
+    assert [(s["step"], s["loss"]) for s in steps] == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (5, 1.0),
+                                                        (6, 0.5), (7, 0.4), (8, 0.3)]  # fmt: skip
+    assert rewound == 5
+    # A retry that died again before reaching step 7 leaves no step of the replaced history behind.
+    steps, _ = fold_metrics(events[:9])
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6] and steps[-1]["loss"] == 0.5
+    # Events from before rewinds existed: a repeated step replaces the earlier one.
+    steps, rewound = fold_metrics(
+        [_event(1, "metrics", {"step": 1, "x": 1}), _event(2, "metrics", {"step": 1, "x": 2})]
+    )
+    assert steps == [{"step": 1, "x": 2}] and rewound is None
+
+
+def test_metrics_steps_reads_folded_steps_from_the_database(job_db):
+    job_id = create_job("train", {}, max_retries=1)
+    with run_job(job_id) as ctx:
+        for step in range(4):
+            ctx.event("metrics", {"step": step, "reward/overall": 0.1})
+        ctx.event("metrics_rewind", {"after_step": 1})
+        first_rewound_seq = ctx.event("metrics", {"step": 2, "reward/overall": 0.2})
+    steps, last, rewound = metrics_steps(job_id)
+    assert [(s["step"], s["reward/overall"]) for s in steps] == [(0, 0.1), (1, 0.1), (2, 0.2)]
+    assert last == first_rewound_seq and rewound == 1
+    assert metrics_steps(job_id, after=last) == ([], last, None)
+
+
+def test_max_retries_is_bounded(job_db):
+    with pytest.raises(ValueError, match="max_retries"):
+        create_job("train", {}, max_retries=-1)
+    # The retry budget is how to run a job, not which job: a replayed key keeps the first one's.
+    first, _ = create_or_get_job("eval", {"b": 1}, idempotency_key="r", max_retries=2)
+    again, created = create_or_get_job("eval", {"b": 1}, idempotency_key="r", max_retries=0)
+    assert not created and again.id == first.id and again.max_retries == 2
 
 
 def test_event_types_and_payloads_are_checked(job_db):

@@ -134,6 +134,8 @@ class Job(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     worker: Mapped[str | None] = mapped_column(String(200))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Re-queues allowed when the job's worker dies (heartbeat timeout); attempts - 1 of them are used.
+    max_retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Per-job event counter: bumped by the same UPDATE that locks the row, so event numbers are
     # gap-free and in commit order (what SSE `Last-Event-ID` resumes from).
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
