@@ -1,13 +1,17 @@
 """Who is asking, checked before a request reaches any route: bearer token → scopes.
 
-GET and HEAD need ``read``, every other method ``submit`` (``admin`` allows all). The status page
-sends the token as a cookie set by ``/login`` (accepted for GET and HEAD only, so a cross-site form
-cannot submit jobs). When the API runs open, a request without a token may do everything; a token
-that is given is still checked.
+GET and HEAD need ``read`` (``/metrics`` also takes ``metrics``), every other method ``submit``
+(``admin`` allows all). The status page sends the token as a cookie set by ``/login``. For GET and
+HEAD the cookie is enough; any other method also needs the ``X-ReelRL-CSRF`` header holding
+:func:`csrf_token` of the cookie, which the page's own scripts read from the page and a cross-site form
+or script can neither know nor send. When the API runs open, a request without a token may do
+everything; a token that is given is still checked.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -19,9 +23,17 @@ from services.api.tokens import Scope as TokenScope
 from services.api.tokens import authenticate
 
 COOKIE = "reelrl_token"
+CSRF_HEADER = "x-reelrl-csrf"
+METRICS_PATH = "/metrics"
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/login"})
 PUBLIC_PREFIXES = ("/static/",)
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def csrf_token(token: str) -> str:
+    """What a page signed in with ``token`` sends to write with its cookie: derived from the token
+    (nothing to store) and one-way (the page never holds the token itself; the cookie is HttpOnly)."""
+    return hashlib.sha256(b"reelrl-csrf:" + token.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,9 @@ class Principal:
 
     def allows(self, scope: TokenScope) -> bool:
         return scope in self.scopes or TokenScope.admin in self.scopes
+
+    def allows_any(self, scopes: tuple[TokenScope, ...]) -> bool:
+        return any(self.allows(scope) for scope in scopes)
 
 
 ANONYMOUS_OPEN = Principal(None, frozenset(TokenScope))
@@ -49,8 +64,12 @@ def _bearer(headers: dict[str, str], method: str, cookies: dict[str, str]) -> st
         if scheme.lower() != "bearer" or not value.strip():
             raise AuthFailed(401, "the Authorization header must be 'Bearer <token>'")
         return value.strip()
-    if method in _SAFE_METHODS:
-        return cookies.get(COOKIE) or None
+    cookie = cookies.get(COOKIE) or None
+    if method in _SAFE_METHODS or cookie is None:
+        return cookie
+    sent = headers.get(CSRF_HEADER)
+    if sent is not None and hmac.compare_digest(sent.encode(), csrf_token(cookie).encode()):
+        return cookie
     return None
 
 
@@ -65,12 +84,17 @@ def resolve_principal(token: str | None, required: bool) -> Principal:
     return Principal(info.name, frozenset(info.scopes))
 
 
-def needed_scope(method: str) -> TokenScope:
-    return TokenScope.read if method in _SAFE_METHODS else TokenScope.submit
+def needed_scopes(method: str, path: str) -> tuple[TokenScope, ...]:
+    """Any one of these admits the request."""
+    if method not in _SAFE_METHODS:
+        return (TokenScope.submit,)
+    return (TokenScope.read, TokenScope.metrics) if path == METRICS_PATH else (TokenScope.read,)
 
 
-def is_public(path: str) -> bool:
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+def is_public(path: str, metrics_public: bool = False) -> bool:
+    return (
+        path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or (metrics_public and path == METRICS_PATH)
+    )
 
 
 class AuthMiddleware:
@@ -80,11 +104,12 @@ class AuthMiddleware:
     for the status page); nothing else runs.
     """
 
-    def __init__(self, app: ASGIApp, required: bool, on_failure) -> None:
+    def __init__(self, app: ASGIApp, required: bool, on_failure, metrics_public: bool = False) -> None:
         self.app, self.required, self.on_failure = app, required, on_failure
+        self.metrics_public = metrics_public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_public(scope["path"]):
+        if scope["type"] != "http" or is_public(scope["path"], self.metrics_public):
             await self.app(scope, receive, send)
             return
         request = Request(scope)
@@ -92,9 +117,10 @@ class AuthMiddleware:
         try:
             token = _bearer(dict(request.headers), method, dict(request.cookies))
             principal = await anyio.to_thread.run_sync(resolve_principal, token, self.required)
-            scope_needed = needed_scope(method)
-            if not principal.allows(scope_needed):
-                raise AuthFailed(403, f"token {principal.name!r} lacks the {scope_needed.value!r} scope")
+            scopes = needed_scopes(method, scope["path"])
+            if not principal.allows_any(scopes):
+                wanted = " or ".join(repr(s.value) for s in scopes)
+                raise AuthFailed(403, f"token {principal.name!r} lacks the {wanted} scope")
         except AuthFailed as failure:
             response = self.on_failure(request, failure)
             await response(scope, receive, send)

@@ -19,14 +19,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from services.api.auth import COOKIE, AuthFailed, current_principal
+from services.api.auth import COOKIE, AuthFailed, Principal, csrf_token, current_principal
 from services.api.charts import panels_json
 from services.api.eval_tables import eval_tables
 from services.api.kinds import JobKind
-from services.api.service import METRICS_EVENT, RESULT_EVENT, cache_stats, checked_job_id, results
-from services.api.tokens import authenticate
+from services.api.service import RESULT_EVENT, cache_stats, checked_job_id, results
+from services.api.tokens import Scope, authenticate
 from services.common.db.models import JobState
-from services.common.jobs import get_job, list_jobs, recent_events
+from services.common.jobs import METRICS_EVENT, JobInfo, get_job, list_jobs, recent_events
 
 _HERE = Path(__file__).parent
 router = APIRouter(include_in_schema=False)
@@ -98,6 +98,21 @@ def jobs_page(request: Request, kind: JobKind | None = None, state: JobState | N
     )  # fmt: skip
 
 
+def may_cancel(principal: Principal, job: JobInfo) -> bool:
+    """Whether ``POST /v1/jobs/{id}/cancel`` would let this visitor cancel ``job`` (the same rule)."""
+    if job.state.terminal or not principal.allows(Scope.submit):
+        return False
+    return principal.name is None or principal.allows(Scope.admin) or job.owner == principal.name
+
+
+def _cancel_data(request: Request, job: JobInfo) -> dict[str, Any] | None:
+    """What the page's cancel button sends: the CSRF header for the visitor's cookie, if any."""
+    if not may_cancel(current_principal(request), job):
+        return None
+    token = request.cookies.get(COOKIE)
+    return {"csrf": csrf_token(token) if token else None}
+
+
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: str) -> HTMLResponse:
     job = get_job(checked_job_id(job_id))
@@ -108,11 +123,13 @@ def job_page(request: Request, job_id: str) -> HTMLResponse:
         context["result_json"] = json.dumps(job.result, indent=2)
     if job.kind == JobKind.eval:
         context["tables"] = eval_tables(results(job.id))
+    cancel = _cancel_data(request, job)
     page = {
         "job_id": job.id, "kind": job.kind, "state": job.state.value, "last_event": job.last_event,
-        "panels": panels_json() if job.kind == JobKind.train else [],
+        "panels": panels_json() if job.kind == JobKind.train else [], "cancel": cancel,
     }  # fmt: skip
     context["page_data"] = page
+    context["can_cancel"] = cancel is not None
     return render(request, "job.html", context)
 
 

@@ -23,6 +23,7 @@ class Scope(enum.StrEnum):
     read = "read"  # list and watch jobs, metrics, results, cache statistics
     submit = "submit"  # submit jobs, cancel one's own jobs
     admin = "admin"  # everything, including cancelling anyone's jobs
+    metrics = "metrics"  # /metrics only: what a Prometheus scrape job needs
 
 
 class TokenError(ValueError):

@@ -6,12 +6,13 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from services.api.auth import CSRF_HEADER, csrf_token
 from services.api.settings import ApiSettings
 from services.api.tokens import Scope, TokenError, authenticate, create_token, parse_scopes, revoke_token
 from services.cli import app as cli
 from services.common.db import session_scope
 from services.common.db.models import ApiToken
-from services.common.jobs import list_jobs
+from services.common.jobs import create_job, get_job, list_jobs, run_job
 
 BODY = {"kind": "preprocess", "config": {"dataset": "train.jsonl", "out": "o.jsonl"}}
 
@@ -113,6 +114,67 @@ def test_pages_need_a_token_and_the_cookie_only_reads(locked):
     assert list_jobs()[1] == 0
     off_site = locked.post("/login", data={"token": token, "next": "//evil.example"}, follow_redirects=False)
     assert off_site.headers["location"] == "/"
+
+
+def test_the_cookie_writes_only_with_the_pages_csrf_header(locked):
+    token = create_token("operator", [Scope.read, Scope.submit])
+    locked.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
+    job_id = locked.post("/v1/jobs", json=BODY, headers=bearer(token)).json()["id"]
+    # The job page hands its scripts the header value for this cookie (the button is for the owner).
+    page = locked.get(f"/jobs/{job_id}").text
+    assert 'id="cancel-job"' in page and csrf_token(token) in page and token not in page
+    for headers in ({}, {CSRF_HEADER: "0" * 64}, {CSRF_HEADER: csrf_token(token + "x")}):
+        refused = locked.post(f"/v1/jobs/{job_id}/cancel", headers=headers)
+        assert refused.status_code == 401, headers
+    assert get_job(job_id).state.value == "queued"
+    accepted = locked.post(f"/v1/jobs/{job_id}/cancel", headers={CSRF_HEADER: csrf_token(token)})
+    assert accepted.status_code == 200 and accepted.json()["state"] == "cancelled"
+    # Finished: no button.
+    assert 'id="cancel-job"' not in locked.get(f"/jobs/{job_id}").text
+
+
+def test_the_cancel_button_is_shown_to_who_may_cancel(locked):
+    owner = create_token("owner", [Scope.read, Scope.submit])
+    job_id = locked.post("/v1/jobs", json=BODY, headers=bearer(owner)).json()["id"]
+    for name, scopes, shown in [
+        ("viewer", [Scope.read], False),  # no submit scope
+        ("colleague", [Scope.read, Scope.submit], False),  # not the owner
+        ("root", [Scope.admin], True),
+    ]:
+        page = locked.get(f"/jobs/{job_id}", headers=bearer(create_token(name, scopes))).text
+        assert ('id="cancel-job"' in page) is shown, name
+    assert 'id="cancel-job"' in locked.get(f"/jobs/{job_id}", headers=bearer(owner)).text
+
+
+def test_metrics_scope_and_public_metrics(make_client, monkeypatch):
+    locked = make_client(auth="required")
+    scraper = create_token("prometheus", [Scope.metrics])
+    assert locked.get("/metrics", headers=bearer(scraper)).status_code == 200
+    assert "reelrl_api_requests_total" in locked.get("/metrics", headers=bearer(scraper)).text
+    # A scrape token reads nothing else, and a token without read or metrics cannot scrape.
+    assert locked.get("/v1/jobs", headers=bearer(scraper)).status_code == 403
+    assert locked.get("/", headers=bearer(scraper)).status_code == 403
+    submitter = create_token("ci", [Scope.submit])
+    refused = locked.get("/metrics", headers=bearer(submitter))
+    assert refused.status_code == 403 and "'read' or 'metrics'" in refused.json()["detail"]
+    assert locked.get("/metrics", headers=bearer(create_token("r", [Scope.read]))).status_code == 200
+    # Protected unless said otherwise, and saying so opens /metrics only.
+    assert ApiSettings().metrics_public is False
+    monkeypatch.setenv("REELRL_API_METRICS_PUBLIC", "true")
+    public = make_client(auth="required", metrics_public=ApiSettings().metrics_public)
+    assert public.get("/metrics").status_code == 200
+    assert public.get("/v1/jobs").status_code == 401 and public.get("/").status_code == 401
+
+
+def test_a_cancelled_running_job_via_cookie_ends_cancelled(locked):
+    token = create_token("operator", [Scope.read, Scope.submit])
+    locked.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
+    job_id = create_job("train", {}, owner="operator")
+    with run_job(job_id) as ctx:
+        response = locked.post(f"/v1/jobs/{job_id}/cancel", headers={CSRF_HEADER: csrf_token(token)})
+        assert response.status_code == 200 and response.json()["cancel_requested"] is True
+        assert ctx._cancel.wait(10)
+    assert get_job(job_id).state.value == "cancelled"
 
 
 def test_open_mode_and_the_default(make_client):

@@ -1,19 +1,22 @@
 """The status page in real headless Chromium (Playwright, the system browser) against real processes.
 
 Pages load without console errors, a submitted job appears and advances live, training curves and eval
-tables grow as their events arrive, and an unauthenticated visit is refused when tokens are required.
+tables grow as their events arrive (a retry's recomputed steps replace the earlier ones), the cancel
+button cancels a running job, and an unauthenticated visit is refused when tokens are required.
 With ``REELRL_TEST_SCREENSHOTS`` set, each page is saved there (docs/status-*.png are made this way).
 """
 
 import math
 import os
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from services.api.tokens import Scope, create_token
-from services.common.jobs import create_job, run_job
+from services.common.db.models import utcnow
+from services.common.jobs import create_job, get_job, reap_stale_jobs, run_job
 from tests.api.stack import free_port, running_stack, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.e2e]
@@ -206,4 +209,62 @@ def test_unauthenticated_visit_is_refused(stack, browser):
         errors.clear()  # the refused loads above logged their 401s
         page.goto(f"{url}/cache")
         wait_for(lambda: page.locator("#cache-stats").count() == 1, timeout=10, message="cache page")
+    assert errors == []
+
+
+def test_a_retry_replaces_the_steps_it_recomputes(stack, browser):
+    job_id = create_job("train", {"trainer": {"total_steps": 6}}, max_retries=1)
+    curve = 'polyline[data-series="reward/overall"]'
+    with page_of(browser) as (page, errors):
+        with run_job(job_id) as ctx:
+            for step in range(1, 6):
+                ctx.event("metrics", step_metrics(step))
+            page.goto(f"{stack.url}/jobs/{job_id}")
+            page.wait_for_selector(f'{curve}[data-points="5"]')
+            reap_stale_jobs(now=utcnow() + timedelta(seconds=60))  # its worker is lost
+        # The retry resumes from step 3's checkpoint: 4 and 5 are superseded, then recomputed.
+        with run_job(job_id) as ctx:
+            page.wait_for_selector("#job-attempts:text('2')", timeout=20_000)
+            ctx.event("metrics_rewind", {"after_step": 3})
+            page.wait_for_selector(f'{curve}[data-points="3"]', timeout=20_000)
+            for step in range(4, 7):
+                ctx.event("metrics", {**step_metrics(step), "reward/overall": 0.95})
+            page.wait_for_selector(f'{curve}[data-points="6"]', timeout=20_000)
+        # Reloaded, the page draws the same: each step once, the recomputed values.
+        page.goto(f"{stack.url}/jobs/{job_id}")
+        page.wait_for_selector(f'{curve}[data-points="6"]')
+        assert "0.95" in page.inner_text('.chart-panel:has(h3:text("Reward")) ul.legend')
+    assert errors == []
+
+
+def test_cancel_button_cancels_a_running_job_live(stack, browser):
+    """Signed in with a submit token (the cookie plus the page's CSRF header), on the API that requires tokens."""
+    url = stack.locked_url
+    token = create_token("operator", [Scope.read, Scope.submit])
+    job_id = create_job("train", {"trainer": {"total_steps": 100}}, owner="operator")
+    with page_of(browser) as (page, errors):
+        page.goto(f"{url}/login?next=/jobs/{job_id}")
+        page.fill('input[name="token"]', token)
+        page.click('button[type="submit"]')
+        page.wait_for_selector("#job-state")
+        with run_job(job_id) as ctx:  # this test plays the worker: it stops when asked
+            ctx.progress(1, 100, "step 1")
+            page.wait_for_selector("#job-state:text('running')", timeout=20_000)
+            # Asked first; "keep it" sends nothing.
+            page.click("#cancel-job")
+            page.wait_for_selector("#cancel-dialog[open]")
+            page.click("#cancel-dialog button[value=keep]")
+            page.wait_for_timeout(500)
+            assert not get_job(job_id).cancel_requested
+            page.click("#cancel-job")
+            page.wait_for_selector("#cancel-dialog[open]")
+            screenshot(page, "status-cancel.png")
+            page.click("#cancel-confirm")
+            page.wait_for_selector("#cancel-note:text('(cancel requested)')", timeout=20_000)
+            assert page.locator("#cancel-job").is_hidden()
+            # The worker learns of it from its next heartbeat.
+            wait_for(ctx.cancel_requested, timeout=20, message="cancel reaches the worker")
+        page.wait_for_selector("#job-state:text('cancelled')", timeout=20_000)
+        assert page.inner_text("#job-reason") == "cancelled on request"
+        assert get_job(job_id).state.value == "cancelled"
     assert errors == []

@@ -19,7 +19,7 @@ export function formatNumber(v) {
 
 export class LineChart {
   constructor(container, { title, unit = "" }) {
-    this.series = new Map(); // name -> [[x, y], ...] in arrival order
+    this.series = new Map(); // name -> [[x, y], ...] in increasing x
     this.unit = unit;
     this.root = document.createElement("div");
     this.root.className = "chart-panel";
@@ -33,10 +33,29 @@ export class LineChart {
     this.pending = false;
   }
 
+  // A step drawn again (recomputed after a retry) replaces its earlier value: one point per step.
   add(name, x, y) {
     if (typeof y !== "number" || !Number.isFinite(y) || typeof x !== "number") return;
     if (!this.series.has(name)) this.series.set(name, []);
-    this.series.get(name).push([x, y]);
+    const points = this.series.get(name);
+    const at = points.findIndex(([px]) => px >= x);
+    if (at === -1) points.push([x, y]);
+    else if (points[at][0] === x) points[at] = [x, y];
+    else points.splice(at, 0, [x, y]);
+    this.schedule();
+  }
+
+  // Forget every point after step x (a retried job recomputes them from its checkpoint at x).
+  truncateAfter(x) {
+    for (const [name, points] of this.series) {
+      const kept = points.filter(([px]) => px <= x);
+      if (kept.length) this.series.set(name, kept);
+      else this.series.delete(name);
+    }
+    this.schedule();
+  }
+
+  schedule() {
     if (!this.pending) {
       this.pending = true;
       requestAnimationFrame(() => { this.pending = false; this.render(); });
@@ -56,6 +75,11 @@ export class LineChart {
   }
 
   render() {
+    if (this.series.size === 0) {
+      this.svg.replaceChildren();
+      this.legend.replaceChildren();
+      return;
+    }
     const { x0, x1, y0, y1 } = this.bounds();
     const sx = (x) => PAD.left + ((x - x0) / (x1 - x0)) * (W - PAD.left - PAD.right);
     const sy = (y) => H - PAD.bottom - ((y - y0) / (y1 - y0)) * (H - PAD.top - PAD.bottom);

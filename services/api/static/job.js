@@ -1,10 +1,11 @@
-// One job: live state and progress, training curves from metrics events, eval tables from results.
+// One job: live state and progress, training curves from metrics events, eval tables from results,
+// and the cancel button (shown to visitors who may cancel the job).
 import { LineChart } from "./chart.js";
 import { pageData, setProgress, setState, TERMINAL, when } from "./live.js";
 
 const page = pageData();
 const eventsList = document.getElementById("events");
-let metricsSeen = 0; // number of the last metrics event drawn
+let metricsSeen = 0; // number of the last metrics (or rewind) event drawn
 
 const panels = (page.panels || []).map((p) => ({ ...p, regex: new RegExp(p.pattern), chart: null }));
 
@@ -21,6 +22,10 @@ function drawStep(step, fallbackX) {
       panel.chart.add(key, x, value);
     }
   }
+}
+
+function rewind(afterStep) {
+  for (const panel of panels) if (panel.chart) panel.chart.truncateAfter(afterStep);
 }
 
 function logEvent(event) {
@@ -50,7 +55,10 @@ function onEvent(event) {
   if (event.type === "state") {
     setState(document.getElementById("job-state"), event.data.state);
     document.getElementById("job-reason").textContent = event.data.reason || "—";
+    if (event.data.attempt) document.getElementById("job-attempts").textContent = event.data.attempt;
+    if (event.data.worker) document.getElementById("job-worker").textContent = event.data.worker;
     if (TERMINAL.has(event.data.state)) {
+      endCancel("");
       document.getElementById("job-finished").textContent = when(event.created_at);
       const bar = document.getElementById("job-progress");
       if (!bar.hasAttribute("value")) {
@@ -63,21 +71,58 @@ function onEvent(event) {
   } else if (event.type === "metrics" && event.seq > metricsSeen) {
     metricsSeen = event.seq;
     drawStep(event.data, event.seq);
+  } else if (event.type === "metrics_rewind" && event.seq > metricsSeen) {
+    metricsSeen = event.seq;
+    rewind(event.data.after_step);
+  } else if (event.type === "cancel_requested") {
+    endCancel("(cancel requested)");
   } else if (event.type === "result") {
     refreshResults();
   }
 }
 
+// --- cancel -------------------------------------------------------------------------------------
+const cancelButton = document.getElementById("cancel-job");
+const cancelDialog = document.getElementById("cancel-dialog");
+
+function endCancel(note) {
+  if (cancelButton) cancelButton.hidden = true;
+  document.getElementById("cancel-note").textContent = note;
+}
+
+async function cancelJob() {
+  cancelButton.disabled = true;
+  // The cookie proves who asks; the header, which only this page can know, that the page asks.
+  const headers = page.cancel.csrf ? { "X-ReelRL-CSRF": page.cancel.csrf } : {};
+  const response = await fetch(`/v1/jobs/${page.job_id}/cancel`, { method: "POST", headers });
+  const body = await response.json();
+  if (!response.ok) {
+    cancelButton.disabled = false;
+    const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+    document.getElementById("cancel-note").textContent = `cancel refused: ${detail}`;
+    return;
+  }
+  if (TERMINAL.has(body.state)) setState(document.getElementById("job-state"), body.state);
+  endCancel(TERMINAL.has(body.state) ? "" : "(cancel requested)");
+}
+
+if (cancelButton) {
+  cancelButton.addEventListener("click", () => cancelDialog.showModal());
+  cancelDialog.addEventListener("close", () => {
+    if (cancelDialog.returnValue === "cancel") cancelJob();
+  });
+}
+
 async function start() {
   if (page.kind === "train") {
     const response = await fetch(`/v1/jobs/${page.job_id}/metrics`);
-    const body = await response.json();
+    const body = await response.json(); // each step once, rewinds applied
     body.steps.forEach((step, i) => drawStep(step, i));
     metricsSeen = body.last_event;
   }
   if (TERMINAL.has(page.state)) return; // everything is on the page already
   const stream = new EventSource(`/v1/jobs/${page.job_id}/events?after=${page.last_event}`);
-  for (const type of ["state", "progress", "metrics", "result", "cancel_requested"]) {
+  for (const type of ["state", "progress", "metrics", "metrics_rewind", "result", "cancel_requested"]) {
     stream.addEventListener(type, (event) => onEvent(JSON.parse(event.data)));
   }
   stream.addEventListener("end", () => stream.close());
