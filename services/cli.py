@@ -72,6 +72,7 @@ def demo(
         None, "--dir", help="Where the demo's data and runs go (default: $REELRL_HOME/demo)."
     ),
     steps: int = typer.Option(150, min=1, help="Training steps (about 1 s each on 2 CPU cores)."),
+    videos: int = typer.Option(32, min=1, help="Training task videos (held-out: half as many)."),
     workers: int = typer.Option(2, min=1, help="Preprocessing worker processes."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Do not serve the status page at the end."),
     port: int = typer.Option(8000, help="Port of the status page."),
@@ -79,7 +80,7 @@ def demo(
     """The whole pipeline on embedded defaults: data → frame store → eval → GRPO → eval → status page."""
     from services.demo import demo_command
 
-    raise typer.Exit(demo_command(folder, steps, workers, no_serve, port))
+    raise typer.Exit(demo_command(folder, steps, workers, no_serve, port, videos))
 
 
 @app.command("make-sample-data")

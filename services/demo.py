@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,16 @@ def preprocess(files: dict[str, Path], workers: int) -> None:
         )
 
 
-def evaluate(model: Path, files: dict[str, Path], label: str, output: Path) -> float:
+@dataclass(frozen=True)
+class Evaluation:
+    accuracy: float
+    samples: int  # scored samples of the benchmark (from its result event)
+    job_id: str
+
+
+def evaluate(model: Path, files: dict[str, Path], label: str, output: Path) -> Evaluation:
     """The synthetic benchmark (the colour validation split, other videos than training) as an eval job."""
-    from services.common.jobs import create_job, get_job
+    from services.common.jobs import create_job, get_job, job_events
     from services.eval.tasks import eval_job
 
     config = {
@@ -84,8 +92,11 @@ def evaluate(model: Path, files: dict[str, Path], label: str, output: Path) -> f
     if job.state.value != "succeeded":
         raise RuntimeError(f"the {label} evaluation ended {job.state.value}: {job.reason}")
     accuracy = float(job.result["video_r1/overall"])
-    console.print(f"{label}: accuracy {accuracy:.3f} ({time.monotonic() - started:.0f} s)")
-    return accuracy
+    (summary,) = [e.data for e in job_events(job_id, types=["result"]) if e.data["benchmark"] == "video_r1"]
+    console.print(
+        f"{label}: accuracy {accuracy:.3f} on {summary['samples']} samples ({time.monotonic() - started:.0f} s)"
+    )
+    return Evaluation(accuracy, int(summary["samples"]), job_id)
 
 
 def train(files: dict[str, Path], steps: int, output: Path) -> dict[str, Any]:
@@ -125,7 +136,10 @@ def serve(port: int) -> None:
     serve_api(host="127.0.0.1", port=port)
 
 
-def demo_command(folder: Path | None, steps: int, workers: int, no_serve: bool, port: int) -> int:
+def demo_command(
+    folder: Path | None, steps: int, workers: int, no_serve: bool, port: int, videos: int
+) -> int:
+    """``videos``: task videos in the training split; the held-out split gets half as many."""
     from services.common.settings import get_settings
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -133,7 +147,7 @@ def demo_command(folder: Path | None, steps: int, workers: int, no_serve: bool, 
     folder = (folder or get_settings().home / "demo").resolve()
     started = time.monotonic()
     _phase("1/5 synthetic task videos and a tiny random-weight Qwen2.5-VL")
-    files = prepare_data(folder / "data", train_videos=32, val_videos=16)
+    files = prepare_data(folder / "data", train_videos=videos, val_videos=max(1, videos // 2))
     console.print(f"data and model in {escape(str(folder / 'data'))}")
     _phase("2/5 decode each video once into the frame store (worker pool)")
     preprocess(files, workers)
@@ -146,12 +160,13 @@ def demo_command(folder: Path | None, steps: int, workers: int, no_serve: bool, 
     after = evaluate(Path(result["checkpoint"]) / "model", files, "trained", run_dir / "eval-after")
 
     table = Table(title="ReelRL demo: the colour question on videos the model never trained on")
-    for column in ("", "held-out accuracy", "format"):
+    for column in ("", "held-out accuracy", "samples", "format", "eval job"):
         table.add_column(column)
-    table.add_row("before training", f"{before:.3f}", "")
+    table.add_row("before training", f"{before.accuracy:.3f}", str(before.samples), "", before.job_id[:8])
     table.add_row(
-        f"after {result['steps']} steps", f"{after:.3f}", f"{result.get('val/format', float('nan')):.2f}"
-    )
+        f"after {result['steps']} steps", f"{after.accuracy:.3f}", str(after.samples),
+        f"{result.get('val/format', float('nan')):.2f}", after.job_id[:8],
+    )  # fmt: skip
     console.print(table)
     console.print(
         f"metrics: {escape(str(run_dir / 'metrics.jsonl'))}; curves: `reelrl serve api`; "

@@ -1,0 +1,69 @@
+"""`reelrl demo` end to end at a reduced size: the worker pool decodes the clips, vLLM serves both
+evaluations and the training rollouts, and every phase runs as a job row with events. What it prints
+(the before → after table) must agree with those rows and with the run's metrics file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.common.db.models import JobState
+from services.common.jobs import list_jobs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.e2e]
+
+STEPS, VIDEOS = 2, 8  # a training batch (8); 4 held-out videos; the whole run ~2 min on 2 idle cores
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """The demo table's body rows, by their first cell (rich draws the table with box characters)."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) == 5 and cells[0] and not cells[0].startswith(("━", "─")):
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "COLUMNS": "120"}
+    run = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", "--no-serve", "--dir", str(folder),
+         "--steps", str(STEPS), "--videos", str(VIDEOS), "--workers", "2"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+
+    held_out = len((folder / "data" / "colour_val.jsonl").read_text().splitlines())
+    assert held_out == VIDEOS // 2
+    rows = table_rows(output)
+    assert set(rows) >= {"before training", f"after {STEPS} steps"}, output[-3000:]
+    before, after = rows["before training"], rows[f"after {STEPS} steps"]
+    for accuracy, samples, _format, _job in (before, after):
+        assert 0.0 <= float(accuracy) <= 1.0
+        assert int(samples) == held_out  # every held-out sample scored, none missing
+    assert 0.0 <= float(after[2]) <= 1.0  # the trained model's validation format score
+
+    # The jobs it ran are real job rows, finished, with the ids the table names.
+    jobs, total = list_jobs()
+    assert total == 3 and all(j.state == JobState.succeeded for j in jobs), [
+        (j.kind, j.state, j.reason) for j in jobs
+    ]
+    evals = sorted((j for j in jobs if j.kind == "eval"), key=lambda j: j.created_at)
+    (train,) = [j for j in jobs if j.kind == "train"]
+    assert [j.id[:8] for j in evals] == [before[3], after[3]]
+    assert train.result["steps"] == STEPS and train.progress.done == STEPS
+
+    # The metrics file it points at holds every step once (0: the validation before training).
+    path = Path(re.search(r"metrics: (\S+metrics\.jsonl)", output.replace("\n", "")).group(1))
+    assert path == Path(train.result["output_dir"]) / "metrics.jsonl"
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines()]
+    assert steps == list(range(STEPS + 1))
