@@ -2,8 +2,10 @@
 
 Files: the official ``data/{perception,comprehension,adaptation}_video.json`` ({"Perception": {"0":
 {id, question, options [10 texts], answer, question_type?}}}) or HF lmms-lab/VideoMMMU
-``<Track>/test-*.parquet`` rows. Videos ``videos/<id>.mp4``. Adaptation questions have an image that the
-official protocol appends to the video as its last frame; that image is not appended here. Open
+``<Track>/test-*.parquet`` rows. Videos ``videos/<id>.mp4``. The released videos end with the question's
+frame: the Adaptation image ("The image for this question is at the end of the video"), a quiz frame in
+the other tracks. The official reader adds the last frame to its sample; the frame store's sampling
+(``round(linspace(0, total - 1, n))``) always ends on it, so the image is seen as in the protocol. Open
 Adaptation answers are numbers (numerical) or text (open-ended).
 """
 

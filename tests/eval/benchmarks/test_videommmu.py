@@ -35,3 +35,19 @@ def test_tracks(tmp_path, evaluate):
         "You should watch and learn the video content. Then apply what you learned to answer"
     )
     assert "open-ended question" in prompt
+
+
+@pytest.mark.parametrize("sampling", [{"fps": None, "nframes": 4}, {"fps": 2.0}, {"fps": 1.0, "max_frames": 4}])
+def test_the_last_frame_the_adaptation_image_is_always_sampled(tmp_path, sampling):
+    """Video-MMMU's released videos end with the question's frame (the Adaptation image; a quiz frame
+    in the other tracks), and the official reader adds the last frame to its sample. The frame store's
+    rule, round(linspace(0, total - 1, n)), ends on the last frame by construction: a 2.5 s clip at 10
+    fps has frames 0..24, and every sampling keeps frame 24."""
+    from services.common.frames import VideoParams, decode_clip
+    from services.common.frames.synthetic import make_video
+
+    video = make_video(tmp_path / "lecture.mp4", seconds=2.5, fps=10, width=112, height=84)
+    params = VideoParams(family="qwen2_5_vl", min_pixels=3136, max_pixels=6272, **sampling)
+    frames, meta = decode_clip(video, params)
+    assert meta["frames_indices"][-1] == 24
+    assert len(meta["frames_indices"]) == frames.shape[0]
