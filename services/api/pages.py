@@ -89,12 +89,17 @@ def not_found_page(request: Request, message: str) -> HTMLResponse:
 @router.get("/", response_class=HTMLResponse)
 def jobs_page(request: Request, kind: JobKind | None = None, state: JobState | None = None) -> HTMLResponse:
     items, total = list_jobs(kind.value if kind else None, state, limit=200)
-    page = {"kind": kind.value if kind else None, "state": state.value if state else None}
+    page = {
+        "kind": kind.value if kind else None, "state": state.value if state else None,
+        "cancel": _list_cancel_data(request),
+    }  # fmt: skip
+    principal = current_principal(request)
     return render(
         request,
         "jobs.html",
         {"jobs": items, "total": total, "kind": kind, "state": state, "kinds": list(JobKind),
-         "states": list(JobState), "page_data": page},
+         "states": list(JobState), "page_data": page,
+         "cancellable": {job.id for job in items if may_cancel(principal, job)}},
     )  # fmt: skip
 
 
@@ -105,12 +110,26 @@ def may_cancel(principal: Principal, job: JobInfo) -> bool:
     return principal.name is None or principal.allows(Scope.admin) or job.owner == principal.name
 
 
+def _csrf(request: Request) -> str | None:
+    token = request.cookies.get(COOKIE)
+    return csrf_token(token) if token else None
+
+
 def _cancel_data(request: Request, job: JobInfo) -> dict[str, Any] | None:
     """What the page's cancel button sends: the CSRF header for the visitor's cookie, if any."""
     if not may_cancel(current_principal(request), job):
         return None
-    token = request.cookies.get(COOKIE)
-    return {"csrf": csrf_token(token) if token else None}
+    return {"csrf": _csrf(request)}
+
+
+def _list_cancel_data(request: Request) -> dict[str, Any] | None:
+    """For the jobs list, whose rows arrive live: which jobs the visitor may cancel (:func:`may_cancel`
+    as data: any job, or those owned by ``owner``) and the CSRF header; None when none."""
+    principal = current_principal(request)
+    if not principal.allows(Scope.submit):
+        return None
+    anyone = principal.name is None or principal.allows(Scope.admin)
+    return {"csrf": _csrf(request), "any": anyone, "owner": principal.name}
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

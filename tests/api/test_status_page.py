@@ -206,6 +206,7 @@ def test_unauthenticated_visit_is_refused(stack, browser):
         page.click('button[type="submit"]')
         page.wait_for_selector("#jobs")
         assert page.locator("#jobs tbody tr").count() >= 1
+        assert page.locator("button[data-cancel]").count() == 0  # reading only: nothing to cancel with
         errors.clear()  # the refused loads above logged their 401s
         page.goto(f"{url}/cache")
         wait_for(lambda: page.locator("#cache-stats").count() == 1, timeout=10, message="cache page")
@@ -267,4 +268,26 @@ def test_cancel_button_cancels_a_running_job_live(stack, browser):
         page.wait_for_selector("#job-state:text('cancelled')", timeout=20_000)
         assert page.inner_text("#job-reason") == "cancelled on request"
         assert get_job(job_id).state.value == "cancelled"
+    assert errors == []
+
+
+def test_jobs_list_cancels_a_queued_job_after_asking(stack, browser):
+    with page_of(browser) as (page, errors):
+        page.goto(f"{stack.url}/")
+        job_id = create_job("eval", {"benchmarks": ["mvbench"]})  # queued: no eval worker runs here
+        row = f'tr[data-job-id="{job_id}"]'
+        page.wait_for_selector(f"{row} button[data-cancel]", timeout=20_000)  # arrived live
+        page.click(f"{row} button[data-cancel]")
+        page.keyboard.press("Escape")  # dismissed: nothing is sent
+        page.wait_for_timeout(300)
+        assert get_job(job_id).state.value == "queued"
+        page.click(f"{row} button[data-cancel]")
+        assert page.inner_text("#cancel-dialog-job") == job_id[:8]
+        page.click("#cancel-confirm")
+        page.wait_for_selector(f'{row}[data-state="cancelled"]', timeout=20_000)
+        assert page.locator(f"{row} button[data-cancel]").is_hidden()
+        assert get_job(job_id).reason == "cancelled before it started"
+        # Reloaded, a finished job has no button.
+        page.reload()
+        assert page.locator(f"{row} button[data-cancel]").count() == 0
     assert errors == []

@@ -107,7 +107,10 @@ async function cancelJob() {
 }
 
 if (cancelButton) {
-  cancelButton.addEventListener("click", () => cancelDialog.showModal());
+  cancelButton.addEventListener("click", () => {
+    cancelDialog.returnValue = ""; // closing with Escape keeps the last value: start from none
+    cancelDialog.showModal();
+  });
   cancelDialog.addEventListener("close", () => {
     if (cancelDialog.returnValue === "cancel") cancelJob();
   });

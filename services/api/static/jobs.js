@@ -1,8 +1,25 @@
-// Jobs list: one stream of job snapshots keeps every row's state and progress current.
-import { pageData, setProgress, setState, when } from "./live.js";
+// Jobs list: one stream of job snapshots keeps every row's state and progress current; a Cancel
+// button on each row the visitor may cancel (the rule of the API, sent as page data).
+import { pageData, setProgress, setState, TERMINAL, when } from "./live.js";
 
 const filters = pageData();
 const body = document.querySelector("#jobs tbody");
+const dialog = document.getElementById("cancel-dialog");
+let cancelling = null; // the job the dialog asks about
+
+function mayCancel(job) {
+  const rule = filters.cancel;
+  return Boolean(rule) && !TERMINAL.has(job.state) && !job.cancel_requested && (rule.any || job.owner === rule.owner);
+}
+
+function cancelButton() {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "danger small";
+  button.dataset.cancel = "";
+  button.textContent = "Cancel";
+  return button;
+}
 
 function cell(cls) {
   const td = document.createElement("td");
@@ -26,7 +43,9 @@ function newRow(job) {
   const count = document.createElement("span");
   count.className = "count";
   progress.append(document.createElement("progress"), " ", count);
-  tr.append(id, kind, state, progress, cell("message"), cell("created"), cell("updated"));
+  const actions = cell("actions");
+  if (filters.cancel) actions.append(cancelButton());
+  tr.append(id, kind, state, progress, cell("message"), cell("created"), cell("updated"), actions);
   body.prepend(tr);
   document.getElementById("no-jobs").hidden = true;
   const shown = body.rows.length;
@@ -47,6 +66,32 @@ function update(job) {
   tr.querySelector("td.message").textContent = job.reason || job.progress.message;
   tr.querySelector("td.created").textContent = when(job.created_at);
   tr.querySelector("td.updated").textContent = when(job.updated_at);
+  const button = tr.querySelector("button[data-cancel]");
+  if (button) button.hidden = !mayCancel(job);
+}
+
+async function cancel(jobId) {
+  const row = body.querySelector(`tr[data-job-id="${jobId}"]`);
+  const headers = filters.cancel.csrf ? { "X-ReelRL-CSRF": filters.cancel.csrf } : {};
+  const response = await fetch(`/v1/jobs/${jobId}/cancel`, { method: "POST", headers });
+  const job = await response.json();
+  if (response.ok) update(job);
+  else row.querySelector("td.message").textContent = `cancel refused: ${typeof job.detail === "string" ? job.detail : JSON.stringify(job.detail)}`;
+}
+
+if (dialog) {
+  body.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-cancel]");
+    if (!button) return;
+    cancelling = button.closest("tr").dataset.jobId;
+    document.getElementById("cancel-dialog-job").textContent = cancelling.slice(0, 8);
+    dialog.returnValue = ""; // closing with Escape keeps the last value: start from none
+    dialog.showModal();
+  });
+  dialog.addEventListener("close", () => {
+    if (dialog.returnValue === "cancel" && cancelling) cancel(cancelling);
+    cancelling = null;
+  });
 }
 
 const stream = new EventSource("/v1/events");
