@@ -17,15 +17,32 @@ from services.rollout.samples import RolloutSample
 
 
 class RolloutWorker:
+    """``source``: a frame source to read from instead of the store at ``frame_root`` (e.g. the
+    trainer's store plus its still images, or a realtime decoder); ``reward``: the reward client's
+    config (a ``RewardConfig`` dict) for mix-policy gates, built inside the actor."""
+
     def __init__(
-        self, model: str, config: dict[str, Any] | None = None, frame_root: str | None = None
+        self,
+        model: str,
+        config: dict[str, Any] | None = None,
+        frame_root: str | None = None,
+        *,
+        source: Any = None,
+        reward: dict[str, Any] | None = None,
     ) -> None:
-        source = None
-        if frame_root is not None:
+        if source is None and frame_root is not None:
             from services.common.frames import FrameStore
 
             source = FrameStore(Path(frame_root))
-        self.engine = RolloutEngine(model, RolloutConfig.model_validate(config or {}), source=source)
+        client = None
+        if reward is not None:
+            from services.reward.client import make_reward_client
+            from services.reward.config import RewardConfig
+
+            client = make_reward_client(RewardConfig.model_validate(reward))
+        self.engine = RolloutEngine(
+            model, RolloutConfig.model_validate(config or {}), source=source, reward_client=client
+        )
 
     def info(self) -> dict[str, Any]:
         return {
@@ -40,7 +57,9 @@ class RolloutWorker:
         groups = self.engine.rollout([RolloutSample.model_validate(s) for s in samples], **overrides)
         return [g.model_dump() for g in groups]
 
-    def push_weights(self, weights: bytes | str, transport: str = "file") -> float:
+    def push_weights(self, weights: bytes | str | dict[str, Any], transport: str = "file") -> float:
+        """``weights``: safetensors bytes, a folder this actor can read, or a state dict (through Ray's
+        object store)."""
         return self.engine.push_weights(weights, transport=transport)
 
     def sleep(self, level: int = 1) -> bool:

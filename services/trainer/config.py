@@ -149,6 +149,16 @@ class TrainerConfig(_Section):
     ray_address: str | None = Field(None, description="null: RAY_ADDRESS or a local Ray")
     use_ray: bool = Field(False, description="run the actor ranks as Ray actors (placement group, FSDP)")
     ray_cpus_per_rank: float = Field(0.5, gt=0, description="CPUs Ray reserves for each actor rank")
+    rollout_on_ray: bool = Field(
+        True,
+        description="with use_ray: the vLLM engine as a Ray actor in its own placement group (false: in the driver)",
+    )
+    ray_cpus_rollout: float = Field(1.0, gt=0, description="CPUs Ray reserves for the rollout engine")
+    ray_gpus_rollout: float | None = Field(
+        None,
+        ge=0,
+        description="GPUs for the rollout engine (null: tensor_parallel_size when the cluster has GPUs)",
+    )
 
 
 class TrainConfig(_Section):

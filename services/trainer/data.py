@@ -138,7 +138,10 @@ def prepare_split(
                 if images is None:
                     raise DataError(f"{file}: sample {sample.id!r} has images and no image source was given")
                 try:
-                    paths = [resolve_video(raw, dataset_dir, settings.data_roots) for raw in sample.images]
+                    paths = [
+                        resolve_video(raw, dataset_dir, settings.data_roots, frame_folders=False)
+                        for raw in sample.images
+                    ]
                     keys = [image_key(content_hash(p), images.min_pixels, images.max_pixels) for p in paths]
                 except (InputError, ValueError, OSError) as exc:
                     report.errors.append(f"sample {sample.id!r}: {exc}")

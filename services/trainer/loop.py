@@ -301,7 +301,17 @@ class Trainer:
         self.reward_client = make_reward_client(cfg.reward)
 
     def _setup_rollout(self, model_path: str) -> None:
-        """The vLLM engine, in this process (its workers are its own processes)."""
+        """The vLLM engine: a Ray actor in its own placement group (``trainer.use_ray`` and
+        ``trainer.rollout_on_ray``), else in this process (its workers are its own processes)."""
+        trainer = self.config.trainer
+        if trainer.use_ray and trainer.rollout_on_ray:
+            from services.trainer.ray_rollout import RayRolloutEngine
+
+            self.engine = RayRolloutEngine(
+                model_path, self.config.effective_rollout(), source=self.source, reward=self.config.reward,
+                cpus=trainer.ray_cpus_rollout, gpus=trainer.ray_gpus_rollout,
+            )  # fmt: skip
+            return
         from services.rollout.engine import RolloutEngine
 
         self.engine = RolloutEngine(

@@ -194,7 +194,10 @@ class RayActorGroup:
             ray.init(address=address)
         else:
             self._temp_dir = _ray_temp_dir(Path(self.config.trainer.output_dir))
-            cpus = max(os.cpu_count() or 1, math.ceil(self.world_size * cpus_per_rank))
+            trainer = self.config.trainer
+            # the rollout engine's bundle, when it runs on Ray too, must fit beside the ranks
+            rollout = trainer.ray_cpus_rollout if trainer.rollout_on_ray else 0.0
+            cpus = max(os.cpu_count() or 1, math.ceil(self.world_size * cpus_per_rank + rollout))
             ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(self._temp_dir))
         self._owns_ray = True
 
@@ -207,13 +210,7 @@ class RayActorGroup:
             gpus_per_rank = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
         bundle = {"CPU": cpus_per_rank, **({"GPU": gpus_per_rank} if gpus_per_rank else {})}
         self.placement_group = placement_group([dict(bundle)] * self.world_size, strategy="PACK")
-        try:
-            ray.get(self.placement_group.ready(), timeout=PLACEMENT_TIMEOUT_S)
-        except ray.exceptions.GetTimeoutError:
-            raise RuntimeError(
-                f"Ray could not place actor.world_size={self.world_size} ranks of {bundle} each within "
-                f"{PLACEMENT_TIMEOUT_S:.0f} s; available: {ray.available_resources()}"
-            ) from None
+        wait_placed(self.placement_group, f"actor.world_size={self.world_size} ranks of {bundle} each")
         remote = ray.remote(ActorWorker)
         self.workers = [
             remote.options(
@@ -315,6 +312,20 @@ class RayActorGroup:
         if self._temp_dir is not None and self._temp_dir.parent == Path("/tmp"):
             shutil.rmtree(self._temp_dir, ignore_errors=True)
         self._temp_dir = None
+
+
+def wait_placed(group: Any, what: str) -> None:
+    """Wait for a placement group's bundles to be reserved; a RuntimeError naming ``what`` and the
+    cluster's free resources when they cannot be."""
+    import ray
+
+    try:
+        ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise RuntimeError(
+            f"Ray could not place {what} within {PLACEMENT_TIMEOUT_S:.0f} s; "
+            f"available: {ray.available_resources()}"
+        ) from None
 
 
 def _ray_temp_dir(output_dir: Path) -> Path:

@@ -143,7 +143,8 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
 
 
 def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_path: Path) -> None:
-    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, vLLM in the driver, on
+    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, the vLLM engine as a Ray
+    actor in its own, on
     joint image-video data (still images read from their files beside the engine and on each rank)."""
     out = tmp_path / "ray-run"
     args = overrides(
@@ -156,6 +157,8 @@ def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_p
         _train_cmd(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    # both the ranks and the vLLM engine ran as Ray actors (each in its placement group)
+    assert "actor ranks on Ray" in proc.stderr and "rollout engine on Ray" in proc.stderr
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
     batches = [json.loads(line)["samples"] for line in (out / "batches.jsonl").read_text().splitlines()]

@@ -1,0 +1,99 @@
+"""The rollout engine as a Ray actor in its own placement group (``trainer.use_ray`` with
+``trainer.rollout_on_ray``), driven by the loop exactly like an in-process :class:`RolloutEngine`.
+
+Only sample dicts (frame-store keys, image paths) go in and response groups come out; the frame source
+(store, realtime decoder, still images) travels as paths and is read inside the actor. New weights
+travel through Ray's object store as a state dict.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from services.reward.config import RewardConfig
+from services.rollout.config import RolloutConfig
+from services.rollout.samples import RolloutGroup, RolloutSample
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 900.0  # a cold vLLM start (model load, profiling) on a loaded machine
+
+
+class RayRolloutEngine:
+    """One :class:`~services.rollout.worker.RolloutWorker` actor on a bundle of ``cpus`` CPUs and
+    ``gpus`` GPUs (None: ``engine.tensor_parallel_size`` GPUs when the cluster has GPUs, none
+    otherwise). Ray must already be initialised (the actor group does it)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        config: RolloutConfig,
+        *,
+        source: Any,
+        reward: RewardConfig,
+        cpus: float = 1.0,
+        gpus: float | None = None,
+    ) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from services.rollout.worker import RolloutWorker
+        from services.trainer.ray_group import wait_placed
+
+        if gpus is None:
+            has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+            gpus = float(config.engine.tensor_parallel_size) if has_gpus else 0.0
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        self.placement_group = placement_group([bundle], strategy="PACK")
+        self.worker: Any = None
+        try:
+            wait_placed(self.placement_group, f"the rollout engine's bundle {bundle}")
+            self.worker = (
+                ray.remote(RolloutWorker)
+                .options(
+                    num_cpus=cpus,
+                    num_gpus=gpus,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, 0),
+                )
+                .remote(
+                    model_path,
+                    config.model_dump(mode="json"),
+                    source=source,
+                    reward=reward.model_dump(mode="json"),
+                )
+            )
+            self.info = ray.get(self.worker.info.remote(), timeout=START_TIMEOUT_S)
+        except BaseException:
+            self.shutdown()
+            raise
+        log.info("rollout engine on Ray: %s", self.info)
+
+    def rollout(self, samples: Sequence[RolloutSample], **overrides: Any) -> list[RolloutGroup]:
+        import ray
+
+        dumped = ray.get(self.worker.rollout.remote([s.model_dump() for s in samples], **overrides))
+        return [RolloutGroup.model_validate(g) for g in dumped]
+
+    def push_weights(self, state: dict[str, Any]) -> float:
+        import ray
+
+        return float(ray.get(self.worker.push_weights.remote(state, "file")))
+
+    def shutdown(self) -> None:
+        """Stop the engine inside the actor (its shared memory and temp folder go with it), then the
+        actor and its placement group. Safe to call twice."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            try:
+                ray.get(worker.shutdown.remote(), timeout=120)
+            except Exception as exc:  # a dead actor has nothing left to stop
+                log.warning("rollout actor shutdown: %s", exc)
+            ray.kill(worker)
+        group, self.placement_group = self.placement_group, None
+        if group is not None:
+            remove_placement_group(group)
