@@ -54,7 +54,8 @@ def run_train(config: Path, overrides: list[str], work: Path, name: str) -> list
 
 
 def earlier_run(work: Path, name: str) -> list[dict] | None:
-    """A run of an earlier invocation in the same work folder (``--only`` skipped it), if it finished."""
+    """A run of an earlier invocation in the same work folder (``--only`` skipped it), if it finished:
+    its curve and figures are reported again, so ``--only cache`` keeps every curve of the plot."""
     path = work / name / "metrics.jsonl"
     if not path.exists():
         return None
@@ -150,11 +151,10 @@ def main() -> None:
         )
         print(f"mix: held-out {final:.3f} (best {max(a for *_, a in val_curve(mix)):.3f}), "
               f"reached 0.9 after {reached} min", flush=True)  # fmt: skip
-    if "nomix" in only:
-        nomix = curves["no offline data (colour)"] = run_train(
-            CONFIG, [*budget, "data.train_files=[reelrl-data/colour_train.jsonl]", "rollout.mix_policy=false"],
-            work, "nomix",
-        )  # fmt: skip
+    nomix_args = [*budget, "data.train_files=[reelrl-data/colour_train.jsonl]", "rollout.mix_policy=false"]
+    nomix = run_train(CONFIG, nomix_args, work, "nomix") if "nomix" in only else earlier_run(work, "nomix")
+    if nomix is not None:
+        curves["no offline data (colour)"] = nomix
         without = val_curve(nomix)[-1][2]
         if "learning_heldout_accuracy" in figures:
             figures["learning_mix_gain"] = round(
@@ -162,11 +162,10 @@ def main() -> None:
             )
         figures["learning_nomix_accuracy"] = round(without, 3)
         print(f"no mix: held-out {without:.3f}", flush=True)
-    if "rl" in only:
-        rl = curves["pure RL after a random-letter warm start (direction)"] = run_train(
-            RL_CONFIG, [f"trainer.total_steps={args.rl_steps}", "trainer.val_freq=20", "trainer.save_freq=0"],
-            work, "rl",
-        )  # fmt: skip
+    rl_args = [f"trainer.total_steps={args.rl_steps}", "trainer.val_freq=20", "trainer.save_freq=0"]
+    rl = run_train(RL_CONFIG, rl_args, work, "rl") if "rl" in only else earlier_run(work, "rl")
+    if rl is not None:
+        curves["pure RL after a random-letter warm start (direction)"] = rl
         figures["learning_rl_only_accuracy"] = round(val_curve(rl)[-1][2], 3)
         figures["learning_rl_only_start_accuracy"] = round(val_curve(rl)[0][2], 3)
         print(f"rl: held-out {val_curve(rl)[0][2]:.3f} -> {val_curve(rl)[-1][2]:.3f}", flush=True)
