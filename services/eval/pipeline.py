@@ -204,9 +204,12 @@ class Pipeline:
         rubric = None
         if error is None and response is not None and self.judge_engine is not None:
             answer = continued_response(ready.assistant_prefix, response.text)
-            if self.wants_judge(ready.task):
-                judge_response = await self._judge(ready.task, answer)
-            rubric = await self._rubric(ready.task, answer)
+            try:
+                if self.wants_judge(ready.task):
+                    judge_response = await self._judge(ready.task, answer)
+                rubric = await self._rubric(ready.task, answer)
+            except ValueError as exc:  # a judge prompt the engine refuses (too long): this sample only
+                error = f"judge failed: {exc}"
         item = await loop.run_in_executor(
             pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error, rubric
         )

@@ -90,6 +90,7 @@ class AsyncRolloutEngine(EngineBase):
         self, item: EngineInput, n: int, **overrides: Any
     ) -> AsyncIterator[tuple[list[int], StreamDelta]]:
         """(prompt token ids, delta) pairs for ``n`` responses to one prepared input."""
+        from vllm.exceptions import VLLMValidationError
         from vllm.sampling_params import RequestOutputKind
 
         self._check_ready("generate")
@@ -102,7 +103,16 @@ class AsyncRolloutEngine(EngineBase):
         )
         request_id = f"{item.sample.id}-{next(_request_ids)}"
         prompt_ids: list[int] = []
-        async for output in self.engine.generate(item.prompt, params, request_id):
+        outputs = self.engine.generate(item.prompt, params, request_id)
+        while True:
+            try:
+                output = await anext(outputs)
+            except StopAsyncIteration:
+                return
+            except VLLMValidationError as exc:
+                # vLLM's refusal of this one input (e.g. longer than max_model_len) is not a ValueError;
+                # callers treat refused inputs as the sample's own error, never the engine's
+                raise ValueError(f"sample {item.sample.id!r}: the engine refused its input: {exc}") from exc
             if not prompt_ids and output.prompt_token_ids is not None:
                 prompt_ids = list(output.prompt_token_ids)
                 check_feature_count(item, prompt_ids, self.checkpoint.video_token_id)

@@ -210,3 +210,53 @@ def test_assistant_prefix_is_prompted_and_read_back(async_engine, loop_thread, v
     )  # fmt: skip
     scored = score_one(get_benchmark("mlvu"), sample, response.text, "qwen2_5_vl", assistant_prefix=prefix)
     assert (scored.extracted, scored.accuracy, scored.response) == ("A", 1.0, "A")
+
+
+def test_eval_rubric_questions_go_to_the_judge_engine(async_engine, loop_thread, monkeypatch):
+    """The eval pipeline asks a benchmark's rubric questions on the judge engine, each with its system
+    turn and ``max(judge max_tokens, rubric_max_tokens)`` reply tokens; the replies come back by name.
+    A judge prompt the engine refuses is that sample's error, not the run's."""
+    from services.common.samples import Sample
+    from services.eval.benchmarks.base import Benchmark, JudgeQuestion
+    from services.eval.clips import PlannedSample
+    from services.eval.pipeline import Pipeline, Task
+
+    class Graded(Benchmark):
+        name, title, annotations = "graded", "graded", ()
+        rubric_max_tokens = 3
+
+        def rubric_questions(self, sample, response):
+            return {
+                "style": JudgeQuestion(f"Rate the style of: {response}", system="You grade style."),
+                "facts": JudgeQuestion(f"Rate the facts of: {response}"),
+            }
+
+    seen: list[tuple[str, int]] = []
+    generate = async_engine.generate
+
+    async def recording(item, n=None, **overrides):
+        seen.append((item.prompt["prompt"], overrides["max_tokens"]))
+        return await generate(item, n, **overrides)
+
+    monkeypatch.setattr(async_engine, "generate", recording)
+    sample = Sample(id="g1", problem="Describe it.", problem_type="open-ended", answer="a square")
+    task = Task("graded", Graded(), PlannedSample(sample))
+    pipeline = Pipeline(
+        async_engine, run_id="unused", run_manifest={}, family="qwen2_5_vl", thinking=False,
+        concurrency=1, io_threads=1, queue_size=1, judge_engine=async_engine, judge_max_tokens=2,
+    )  # fmt: skip
+    replies = loop_thread.run(pipeline._rubric(task, "A square moves."))
+    assert set(replies) == {"style", "facts"} and all(isinstance(r, str) for r in replies.values())
+    prompts = {p.split("Rate the ")[1].split(" of")[0]: (p, tokens) for p, tokens in seen}
+    assert "You grade style." in prompts["style"][0] and "You grade style." not in prompts["facts"][0]
+    assert {tokens for _, tokens in seen} == {3}
+
+    class TooLong(Graded):
+        def rubric_questions(self, sample, response):
+            return {"long": JudgeQuestion("word " * 3000)}  # beyond max_model_len (2048): refused
+
+    with pytest.raises(
+        ValueError,
+        match=r"sample .graded/g1#long.: the engine refused its input: .*maximum context length is 2048",
+    ):
+        loop_thread.run(pipeline._rubric(Task("graded", TooLong(), PlannedSample(sample)), "A square moves."))
