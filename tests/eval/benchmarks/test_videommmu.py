@@ -37,7 +37,9 @@ def test_tracks(tmp_path, evaluate):
     assert "open-ended question" in prompt
 
 
-@pytest.mark.parametrize("sampling", [{"fps": None, "nframes": 4}, {"fps": 2.0}, {"fps": 1.0, "max_frames": 4}])
+@pytest.mark.parametrize(
+    "sampling", [{"fps": None, "nframes": 4}, {"fps": 2.0}, {"fps": 1.0, "max_frames": 4}]
+)
 def test_the_last_frame_the_adaptation_image_is_always_sampled(tmp_path, sampling):
     """Video-MMMU's released videos end with the question's frame (the Adaptation image; a quiz frame
     in the other tracks), and the official reader adds the last frame to its sample. The frame store's
