@@ -126,7 +126,8 @@ def test_killed_train_worker_resumes_from_its_checkpoint_and_shows_each_step_onc
 
     production = {"REELRL_DATABASE_URL": postgres_url, "REELRL_BROKER_URL": redis_url}
     with running_stack(tmp_path, video_dir, production) as stack:
-        files = make_task_datasets(stack.data / "tasks", train_videos=8, val_videos=4)
+        # At the data root: the datasets name their videos relative to it.
+        files = make_task_datasets(stack.data, train_videos=8, val_videos=4)
         model = build_tiny_model("qwen2_5_vl", stack.data / "tiny-qwen2_5_vl", seed=0)
         out = stack.data / "run"
         config = load_config(
@@ -144,11 +145,14 @@ def test_killed_train_worker_resumes_from_its_checkpoint_and_shows_each_step_onc
             body = {"kind": "train", "config": config.model_dump(mode="json")}
             job_id = http.post("/v1/jobs", json=body).json()["id"]
             assert http.get(f"/v1/jobs/{job_id}").json()["max_retries"] == 1  # the train default
+
             # Killed once step 3 is reported: step 2's checkpoint is saved, step 4 is not done.
-            wait_for(
-                lambda: 3 in [s["step"] for s in http.get(f"/v1/jobs/{job_id}/metrics").json()["steps"]],
-                timeout=420, every=0.05, message="step 3 reported",
-            )  # fmt: skip
+            def step_3_reported():
+                if http.get(f"/v1/jobs/{job_id}").json()["state"] not in ("queued", "running"):
+                    pytest.fail(f"the job ended before step 3: {stack.logs()}")
+                return 3 in [s["step"] for s in http.get(f"/v1/jobs/{job_id}/metrics").json()["steps"]]
+
+            wait_for(step_3_reported, timeout=420, every=0.05, message="step 3 reported")
             first.kill()
             assert (out / "checkpoints" / "step_000002").is_dir()
             before = http.get(f"/v1/jobs/{job_id}/metrics").json()
