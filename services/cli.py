@@ -209,11 +209,17 @@ def submit(
     config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML or JSON job config."),
     key: str = typer.Option(None, "--key", help="Idempotency key: resubmitting it names the same job."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Show progress until the job ends."),
+    max_retries: int = typer.Option(
+        None,
+        "--max-retries",
+        min=0,
+        help="Re-queues if its worker dies (default: the kind's, set by the API).",
+    ),
 ) -> None:
     """Submit a job to the API: CONFIG plus dotted overrides, e.g. `video_params.fps=4`. Prints its id."""
     from services.api.cli import submit_command
 
-    raise typer.Exit(submit_command(kind, config, list(ctx.args), key, follow))
+    raise typer.Exit(submit_command(kind, config, list(ctx.args), key, follow, max_retries))
 
 
 @app.command()

@@ -51,7 +51,12 @@ def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
 
 
 def submit_command(
-    kind: str, config: Path | None, overrides: list[str], key: str | None, follow: bool
+    kind: str,
+    config: Path | None,
+    overrides: list[str],
+    key: str | None,
+    follow: bool,
+    max_retries: int | None = None,
 ) -> int:
     try:
         body = load_job_config(config, overrides)
@@ -60,7 +65,7 @@ def submit_command(
         return 2
     with ApiClient() as api:
         try:
-            accepted = api.submit(kind, body, key)
+            accepted = api.submit(kind, body, key, max_retries)
         except ApiError as exc:
             console.print(f"[red]refused (HTTP {exc.status})[/red]: {format_detail(exc.detail)}")
             return 1

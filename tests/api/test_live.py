@@ -87,8 +87,10 @@ def test_submit_follow_status_on_real_workers(stack, tmp_path):
         assert shown.exit_code == 0 and "succeeded" in shown.stdout
         listed = runner.invoke(app, ["status", "--kind", "preprocess"])
         assert listed.exit_code == 0 and job_id in listed.stdout
-        again = runner.invoke(app, ["submit", "preprocess", str(config), "--key", "k1"])
+        again = runner.invoke(app, ["submit", "preprocess", str(config), "--key", "k1", "--max-retries", "0"])
         assert again.exit_code == 0
+        with stack.http() as http:
+            assert http.get(f"/v1/jobs/{again.stdout.strip()}").json()["max_retries"] == 0
         same = runner.invoke(app, ["submit", "preprocess", str(config), "--key", "k1"])
         assert same.stdout.strip() == again.stdout.strip() and "existing job" in same.stderr
         refused = runner.invoke(app, ["submit", "preprocess", str(config), "dataset=/etc/passwd"])
