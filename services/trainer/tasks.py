@@ -3,20 +3,46 @@
 
 Its worker runs tasks in the worker process itself (``reelrl worker train``: solo pool): the loop
 starts vLLM and Ray, which spawn processes, and a prefork pool's children are daemons that may not.
+
+A job whose worker died is retried (the kind's ``max_retries``): the retry continues from the job's
+newest checkpoint, and the steps it recomputes are announced by a ``metrics_rewind`` event.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from celery import shared_task
 
 from services.common.jobs import METRICS_EVENT, METRICS_REWIND_EVENT, JobContext, metrics_steps, run_job
 
+if TYPE_CHECKING:
+    from services.trainer.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
 TRAIN_TASK = "reelrl.train.run"
 # A run is bounded by its own total_steps; the broker's visibility timeout must exceed this on Redis.
 _TRAIN_LIMIT_S = 30 * 24 * 3600
+
+
+def _continue_own_run(config: TrainConfig, attempt: int) -> None:
+    """A retry (attempt 2, 3, …) continues the run its earlier attempts checkpointed, whatever
+    ``trainer.resume`` says: ``none`` would refuse the folder holding those checkpoints, and a PATH
+    would start again from there. Without a checkpoint of its own the setting stands."""
+    from services.trainer.checkpoints import complete_checkpoints
+
+    if attempt > 1 and config.trainer.resume != "auto":
+        saved = complete_checkpoints(Path(config.trainer.output_dir))
+        if saved:
+            log.warning(
+                "attempt %d: resuming from this job's checkpoint of step %d (trainer.resume=%s was for "
+                "the first attempt)", attempt, saved[-1][0], config.trainer.resume,
+            )  # fmt: skip
+            config.trainer.resume = "auto"
 
 
 class _Rewind:
@@ -54,6 +80,7 @@ def run_train_job(job_id: str, *, on_step: Sequence[Callable[[int, dict], None]]
 
     with run_job(job_id) as ctx:
         config = parse_config(ctx.config)
+        _continue_own_run(config, ctx.attempt)
         total = config.trainer.total_steps
         rewind = _Rewind(ctx)
 

@@ -137,6 +137,8 @@ def test_killed_train_worker_resumes_from_its_checkpoint_and_shows_each_step_onc
                 "data.batch_size=4", "rollout.n=4", f"actor.model_path={model}", f"trainer.output_dir={out}",
                 "trainer.total_steps=4", "trainer.save_freq=2", "trainer.val_freq=0",
                 "trainer.val_before_train=false", "trainer.loggers=[jsonl]",
+                # What the demo sets: the retry must continue from the first attempt's checkpoint anyway.
+                "trainer.resume=none",
             ],
         )  # fmt: skip
         first = stack.start("train-worker", "worker", "train")
