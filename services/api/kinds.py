@@ -61,8 +61,9 @@ KINDS: dict[JobKind, KindSpec] = {
     # Retried once: the retry resumes from the last checkpoint (trainer.resume=auto) and recomputes
     # only the steps after it, but a death that repeats (out of memory) would hold the GPUs each time.
     JobKind.train: KindSpec("services.trainer.config:TrainJobConfig", "reelrl.train.run", "train", 1),
+    # Over the API an eval config may only name files inside the data roots (EvalJobConfig).
     # Retried twice: the run id is the job id, so a retry skips every sample already scored.
-    JobKind.eval: KindSpec("services.eval.config:EvalConfig", "reelrl.eval.run", "eval", 2),
+    JobKind.eval: KindSpec("services.eval.config:EvalJobConfig", "reelrl.eval.run", "eval", 2),
 }
 
 

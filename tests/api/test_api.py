@@ -95,6 +95,15 @@ def test_train_and_eval_configs_are_checked_by_their_services_models(client, kin
     response = client.post("/v1/jobs", json={"kind": kind, "config": {"bogus": 1}})
     assert response.status_code == 422
     assert {f"body.config.{required}", "body.config.bogus"} <= set(locs(response))
+
+
+def test_an_eval_job_may_only_name_files_inside_the_data_roots(client, data_root, tmp_path):
+    outside = tmp_path / "elsewhere-model"
+    outside.mkdir()
+    response = client.post("/v1/jobs", json={"kind": "eval", "config": {"model": str(outside)}})
+    assert response.status_code == 422, response.text
+    assert "outside the data roots" in json.dumps(response.json()["detail"])
+    assert list_jobs()[1] == 0
     assert list_jobs()[1] == 0
 
 
