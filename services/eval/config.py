@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from services.eval.benchmarks import BenchmarkError, benchmark_names
 from services.rollout.config import EngineConfig, RolloutConfig
@@ -175,30 +183,37 @@ class EvalJobConfig(EvalConfig):
     """An eval config submitted as a job over the API. A job names files on the server, so every path it
     reads or writes (checkpoint, judge checkpoint, benchmark folders, output folder) must lie inside
     ``REELRL_DATA_ROOTS`` (none is accepted without roots); relative paths are taken under the first
-    root and stored resolved, so the worker reads exactly what was checked."""
+    root and stored resolved, so the worker reads exactly what was checked. Checked per field, so a
+    path outside the roots is reported beside any other problem of the config."""
 
-    @model_validator(mode="after")
-    def _inside_data_roots(self) -> EvalJobConfig:
-        from services.common.data_roots import inside_roots, job_roots
+    @field_validator("model", "data_root", "output_dir")
+    @classmethod
+    def _path_inside_roots(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else _inside_roots(value, info.field_name or "path")
 
-        roots = job_roots()
+    @field_validator("judge")
+    @classmethod
+    def _judge_inside_roots(cls, value: JudgeConfig | None) -> JudgeConfig | None:
+        if value is not None and value.model != "self":
+            value.model = str(_inside_roots(value.model, "judge.model"))
+        return value
 
-        def inside(value: Path | str, key: str) -> Path:
-            try:
-                return inside_roots(value, roots)
-            except ValueError as exc:
-                raise ValueError(f"{key}={exc}") from None
-
-        self.model = inside(self.model, "model")
-        if self.data_root is not None:
-            self.data_root = inside(self.data_root, "data_root")
-        if self.output_dir is not None:
-            self.output_dir = inside(self.output_dir, "output_dir")
-        if self.judge is not None and self.judge.model != "self":
-            self.judge.model = str(inside(self.judge.model, "judge.model"))
-        for name, settings in self.bench.items():
+    @field_validator("bench")
+    @classmethod
+    def _bench_inside_roots(cls, value: dict[str, BenchmarkSettings]) -> dict[str, BenchmarkSettings]:
+        for name, settings in value.items():
             for field in ("root", "annotations", "video_root"):
-                value = getattr(settings, field)
-                if value is not None:
-                    setattr(settings, field, inside(value, f"bench.{name}.{field}"))
-        return self
+                path = getattr(settings, field)
+                if path is not None:
+                    setattr(settings, field, _inside_roots(path, f"bench.{name}.{field}"))
+        return value
+
+
+def _inside_roots(value: Path | str, key: str) -> Path:
+    """``value`` resolved inside the job data roots; the error names the config key."""
+    from services.common.data_roots import inside_roots, job_roots
+
+    try:
+        return inside_roots(value, job_roots())
+    except ValueError as exc:
+        raise ValueError(f"{key}={exc}") from None

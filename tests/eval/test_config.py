@@ -109,5 +109,9 @@ def test_an_eval_job_may_only_name_files_inside_the_data_roots(tmp_path, monkeyp
         for field, change in outside.items():
             with pytest.raises(ValidationError, match=rf"{re.escape(field)}=.*outside the data roots"):
                 EvalJobConfig.model_validate({**job, **change})
+        # checked per field: reported beside other problems (here the missing benchmarks)
+        with pytest.raises(ValidationError) as caught:
+            EvalJobConfig.model_validate({"model": "/etc"})
+        assert {e["loc"][0] for e in caught.value.errors()} == {"model", "benchmarks"}
     finally:
         reset_settings_cache()
