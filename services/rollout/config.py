@@ -28,6 +28,9 @@ class EngineConfig(BaseModel):
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
     tensor_parallel_size: int = Field(1, ge=1)
+    # null: vLLM's choice. Inside a Ray actor vLLM would pick its Ray executor, which cannot start
+    # tensor-parallel workers in the actor's own GPU bundle: the trainer's Ray engine asks for "mp".
+    distributed_executor_backend: Literal["mp", "ray", "uni"] | None = None
     max_num_seqs: int | None = Field(None, gt=0)
     # Throughput settings for GPU runs; null leaves vLLM's own default.
     max_num_batched_tokens: int | None = Field(None, gt=0)

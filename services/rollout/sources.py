@@ -51,16 +51,33 @@ def image_key(content_hash: str, min_pixels: int, max_pixels: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def image_size(path: str | Path, factor: int, min_pixels: int, max_pixels: int) -> dict[str, int]:
-    """The image's size and the size it is read at (the processor's own resize rule, so the processor
-    leaves it as it is), from the file's header alone."""
-    from PIL import Image
+class ImageError(ValueError):
+    """An image that cannot be used: unreadable, or no size within the budget that the processor keeps."""
+
+
+def read_image(path: str | Path, factor: int, min_pixels: int, max_pixels: int) -> tuple[np.ndarray, dict]:
+    """``(H, W, 3)`` uint8 pixels of the image as the model sees it, and its sizes.
+
+    Decoded in full (a truncated file fails here, not mid-run), turned upright by its EXIF orientation,
+    resized to the processor's own rule within the pixel budget; that size must be one the rule keeps
+    (an extreme aspect ratio cannot be), or the engine and the actor would resize it again.
+    """
+    from PIL import Image, ImageOps
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
-    with Image.open(path) as image:
-        width, height = image.size
-    h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
-    return {"source_width": width, "source_height": height, "width": w, "height": h}
+    try:
+        with Image.open(path) as image:
+            rgb = ImageOps.exif_transpose(image).convert("RGB")
+        width, height = rgb.size
+        h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        if smart_resize(h, w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels) != (h, w):
+            raise ValueError(f"its resized size {w}x{h} would be resized again by the processor")
+    except Exception as exc:  # PIL's and smart_resize's errors alike: one reason per image
+        raise ImageError(f"image {path}: {exc}") from exc
+    if (w, h) != rgb.size:
+        rgb = rgb.resize((w, h), Image.Resampling.BICUBIC)
+    meta = {"source_width": width, "source_height": height, "width": w, "height": h}
+    return np.asarray(rgb, dtype=np.uint8), meta
 
 
 class ImageFiles:
@@ -77,22 +94,18 @@ class ImageFiles:
     def __contains__(self, key: str) -> bool:
         return key in self.images
 
-    def load(self, key: str, expect: VideoParams | dict[str, Any] | None) -> tuple[torch.Tensor, dict]:
-        from PIL import Image
+    def read(self, key: str) -> tuple[np.ndarray, dict]:
+        return read_image(self.images[key], self.factor, self.min_pixels, self.max_pixels)
 
-        try:
-            path = self.images[key]
-        except KeyError:
-            raise KeyError(f"image {key} is not known to this image source") from None
+    def load(self, key: str, expect: VideoParams | dict[str, Any] | None) -> tuple[torch.Tensor, dict]:
+        if key not in self.images:
+            raise KeyError(f"image {key} is not known to this image source")
         if expect:
-            raise ValueError(f"image {key} ({path}) has no decode parameters to check, got {expect}")
-        size = image_size(path, self.factor, self.min_pixels, self.max_pixels)
-        with Image.open(path) as image:
-            rgb = image.convert("RGB")
-            if (size["width"], size["height"]) != rgb.size:
-                rgb = rgb.resize((size["width"], size["height"]), Image.Resampling.BICUBIC)
-            array = np.asarray(rgb, dtype=np.uint8)
-        meta = {"source": path, "kind": "image", "params": {}, **size}
+            raise ValueError(
+                f"image {key} ({self.images[key]}) has no decode parameters to check, got {expect}"
+            )
+        array, size = self.read(key)
+        meta = {"source": self.images[key], "kind": "image", "params": {}, **size}
         return torch.from_numpy(array.copy()).unsqueeze(0), meta
 
 

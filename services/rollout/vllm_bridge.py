@@ -31,7 +31,10 @@ def engine_kwargs(model: str, config: RolloutConfig) -> dict[str, Any]:
     }
     if engine.kv_cache_gib is not None:
         kwargs["kv_cache_memory_bytes"] = int(engine.kv_cache_gib * GiB)
-    optional = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "mm_processor_cache_gb")
+    optional = (
+        "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "mm_processor_cache_gb",
+        "distributed_executor_backend",
+    )  # fmt: skip
     for name in optional:
         value = getattr(engine, name)
         if value is not None:

@@ -34,12 +34,13 @@ class RolloutWorker:
             from services.common.frames import FrameStore
 
             source = FrameStore(Path(frame_root))
-        client = None
+        client = self._client = None
         if reward is not None:
             from services.reward.client import make_reward_client
             from services.reward.config import RewardConfig
 
             client = make_reward_client(RewardConfig.model_validate(reward))
+        self._client = client
         self.engine = RolloutEngine(
             model, RolloutConfig.model_validate(config or {}), source=source, reward_client=client
         )
@@ -69,7 +70,11 @@ class RolloutWorker:
         return self.engine.wake_up()
 
     def shutdown(self) -> None:
-        self.engine.shutdown()
+        try:
+            self.engine.shutdown()
+        finally:
+            if self._client is not None:
+                self._client.close()
 
 
 def rollout_actor_class(num_cpus: float = 1.0, **options: Any) -> Any:

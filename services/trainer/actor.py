@@ -159,13 +159,15 @@ class PolicyModel:
         else:
             with self._vision.around(inputs) as zero:
                 out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
-            logits = out.logits.float() + zero.value
+            logits = out.logits.float()
         if temperature != 1.0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         targets = mb.response_ids.to(self.device).unsqueeze(-1)
         mask = mb.response_mask.to(self.device)
         logp = logp_all.gather(-1, targets).squeeze(-1) * mask
+        if self._vision is not None:
+            logp = logp + zero.value  # ties the zero-weight vision passes to the loss
         ent = entropy_from_logits(logits) * mask if entropy else None
         return logp, ent
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from services.reward import canonical_name, render_prompt
 from services.reward.errors import UnknownProblemType
 from services.rollout.adapters import rollout_sample
 from services.rollout.samples import RolloutSample
-from services.rollout.sources import ImageFiles, RealtimeSource, image_key, image_size
+from services.rollout.sources import ImageError, ImageFiles, RealtimeSource, image_key
 from services.trainer.config import DataConfig
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class DataReport:
     kept: int = 0
     dropped_decode: int = 0
     dropped_overlong: int = 0
+    dropped_media: int = 0  # more images/videos than the engine takes per prompt
     preprocessed: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -78,8 +79,9 @@ def image_tokens_from_meta(meta: dict[str, Any], family: Family) -> int:
 
 
 def image_meta(images: ImageFiles, key: str) -> dict[str, Any]:
-    """An image's original and budgeted sizes (from its header), as a clip's metadata gives them."""
-    return image_size(images.images[key], images.factor, images.min_pixels, images.max_pixels)
+    """An image's original and budgeted sizes, as a clip's metadata gives them. The image is decoded in
+    full once here, so an unusable one is dropped at start (ImageError), not met mid-run."""
+    return images.read(key)[1]
 
 
 def _resolve(sample: Sample, dataset_dir: Path, roots: list[Path]) -> list[Path]:
@@ -115,11 +117,14 @@ def prepare_split(
     realtime: RealtimeSource | None = None,
     system_prompt: str | None = None,
     images: ImageFiles | None = None,
+    media_limits: Mapping[str, int] | None = None,
 ) -> tuple[list[TrainSample], DataReport]:
     """Every usable sample of ``files``; clips missing from the store are preprocessed first (or, with
     ``cached_only``, the run fails naming them). A sample whose clip cannot be decoded, or whose prompt
     exceeds ``max_prompt_tokens``, is dropped, counted and logged, never a crash. Image samples' files are
-    added to ``images`` (read from their files within its pixel budget, not preprocessed)."""
+    added to ``images`` (read from their files within its pixel budget, not preprocessed). A sample with
+    more images or videos than ``media_limits`` (the engine's ``limit_mm_per_prompt``) is dropped and
+    counted too: the engine would refuse it mid-run."""
     settings = get_settings()
     fam = get_family(family)
     base = cfg.video_params(family)
@@ -134,6 +139,17 @@ def prepare_split(
                 canonical_name(sample.problem_type)
             except UnknownProblemType as exc:
                 raise DataError(f"{file}: sample {sample.id!r}: {exc}") from None
+            over = {
+                kind: len(items)
+                for kind, items in (("image", sample.images), ("video", sample.videos))
+                if media_limits is not None and len(items) > media_limits.get(kind, 0)
+            }
+            if over:
+                report.dropped_media += 1
+                report.errors.append(
+                    f"sample {sample.id!r}: {over} exceed rollout.engine.limit_mm_per_prompt={dict(media_limits or {})}"
+                )
+                continue
             if sample.images:
                 if images is None:
                     raise DataError(f"{file}: sample {sample.id!r} has images and no image source was given")
@@ -196,8 +212,8 @@ def prepare_split(
             if sample.images:
                 try:
                     metas.append(image_meta(images, key))  # type: ignore[arg-type]
-                except OSError as exc:
-                    failed[sample.id] = f"cannot read its image: {exc}"
+                except ImageError as exc:
+                    failed[sample.id] = f"cannot use its image: {exc}"
                 continue
             meta = _store_meta(store, key)
             if meta is None and realtime is not None:

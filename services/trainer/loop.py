@@ -251,6 +251,7 @@ class Trainer:
         common = dict(
             cfg=cfg.data, family=family, tokenizer=tokenizer, store=self.store, work_dir=work,
             realtime=self.realtime, system_prompt=cfg.data.system_prompt, images=self.images,
+            media_limits=rollout.engine.limit_mm_per_prompt,
         )  # fmt: skip
         self.train_samples, self.train_report = prepare_split(cfg.data.train_files, split="train", **common)
         self.val_samples, self.val_report = (
@@ -270,12 +271,14 @@ class Trainer:
         self.loader = StatefulLoader(
             len(self.train_samples), cfg.data.batch_size, seed=cfg.data.seed, shuffle=cfg.data.shuffle
         )
+        report = self.train_report
         log.info(
-            "data: %d train samples (%d dropped: %d undecodable, %d overlong), %d val",
+            "data: %d train samples (%d dropped: %d undecodable, %d overlong, %d over the media limit), %d val",
             len(self.train_samples),
-            self.train_report.dropped_decode + self.train_report.dropped_overlong,
-            self.train_report.dropped_decode,
-            self.train_report.dropped_overlong,
+            report.dropped_decode + report.dropped_overlong + report.dropped_media,
+            report.dropped_decode,
+            report.dropped_overlong,
+            report.dropped_media,
             len(self.val_samples),
         )
 
@@ -411,7 +414,7 @@ class Trainer:
             )
         metrics["actor/lr"] = self.group.scheduler_step()
         with timer("weight_sync"):
-            self.engine.push_weights(self.group.state_dict())
+            self._push_weights()
 
         metrics.update({f"actor/{k}": v for k, v in update.items()})
         metrics.update(self.step_metrics(samples, groups, scored))
@@ -573,7 +576,7 @@ class Trainer:
             [s.rollout for s in self.warmup_samples], steps=cfg.steps, lr=cfg.lr, batch_size=cfg.batch_size,
             seed=self.config.trainer.seed,
         )  # fmt: skip
-        self.engine.push_weights(self.group.state_dict())
+        self._push_weights()
 
     # ------------------------------------------------------------------ checkpoints --------------------
 
@@ -640,19 +643,33 @@ class Trainer:
         self.start_step = int(state["step"])
         log.info("resumed from %s at step %d", folder, self.start_step)
 
+    def _push_weights(self) -> None:
+        """The actor's new weights into the engine; from Ray ranks to a Ray engine they go as rank 0's
+        object reference, not through the driver."""
+        if getattr(self.engine, "accepts_refs", False) and hasattr(self.group, "state_dict_ref"):
+            self.engine.push_weights(self.group.state_dict_ref())
+        else:
+            self.engine.push_weights(self.group.state_dict())
+
     def shutdown(self) -> None:
+        """Engine, then actor ranks (which stop a Ray they started), then the reward client: each even
+        when an earlier one fails."""
         lock = getattr(self, "_lock", None)
         if lock is not None:
             lock.close()
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.shutdown()
-        group = getattr(self, "group", None)
-        if group is not None:
-            group.shutdown()
-        client = getattr(self, "reward_client", None)
-        if client is not None:
-            client.close()
+        try:
+            engine = getattr(self, "engine", None)
+            if engine is not None:
+                engine.shutdown()
+        finally:
+            try:
+                group = getattr(self, "group", None)
+                if group is not None:
+                    group.shutdown()
+            finally:
+                client = getattr(self, "reward_client", None)
+                if client is not None:
+                    client.close()
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -275,6 +275,16 @@ class RayActorGroup:
         """The full weights (gathered on rank 0, on the CPU) for a push or a save."""
         return self._call("state_dict")[0]
 
+    def state_dict_ref(self) -> Any:
+        """Rank 0's full weights as an object reference (every rank takes part in the gather): handed to
+        another Ray actor, they travel from rank 0 without a copy in the driver."""
+        import ray
+
+        refs = [w.state_dict.remote() for w in self.workers]
+        self._gather(refs[1:], "state_dict")  # the other ranks return {}: cheap to fetch
+        ray.wait(refs[:1], num_returns=1)
+        return refs[0]
+
     def warm_start(
         self, samples: Sequence[RolloutSample], *, steps: int, lr: float, batch_size: int, seed: int
     ) -> None:

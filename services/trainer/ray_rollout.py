@@ -42,9 +42,22 @@ class RayRolloutEngine:
         from services.rollout.worker import RolloutWorker
         from services.trainer.ray_group import wait_placed
 
+        engine = config.engine
+        if engine.tensor_parallel_size > 1 and engine.distributed_executor_backend is None:
+            config = config.model_copy(
+                update={"engine": engine.model_copy(update={"distributed_executor_backend": "mp"})}
+            )
         if gpus is None:
             has_gpus = ray.cluster_resources().get("GPU", 0) > 0
-            gpus = float(config.engine.tensor_parallel_size) if has_gpus else 0.0
+            gpus = float(engine.tensor_parallel_size) if has_gpus else 0.0
+        free = ray.available_resources().get("GPU", 0.0)
+        if gpus and free < gpus:
+            # the actor ranks hold a whole GPU each: an engine of its own needs GPUs beside theirs
+            raise RuntimeError(
+                f"the rollout engine needs {gpus:g} GPU(s) beside the actor ranks' and the cluster has "
+                f"{free:g} free: set trainer.rollout_on_ray=false (vLLM in the driver, sharing a GPU "
+                "with rank 0 at rollout.engine.gpu_memory_utilization), or lower actor.world_size"
+            )
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         self.placement_group = placement_group([bundle], strategy="PACK")
         self.worker: Any = None
@@ -76,7 +89,11 @@ class RayRolloutEngine:
         dumped = ray.get(self.worker.rollout.remote([s.model_dump() for s in samples], **overrides))
         return [RolloutGroup.model_validate(g) for g in dumped]
 
-    def push_weights(self, state: dict[str, Any]) -> float:
+    # the actor group may hand over rank 0's weights as an object reference (no copy in the driver)
+    accepts_refs = True
+
+    def push_weights(self, state: Any) -> float:
+        """``state``: a state dict, or an object reference to one (resolved inside the actor)."""
         import ray
 
         return float(ray.get(self.worker.push_weights.remote(state, "file")))

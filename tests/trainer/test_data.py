@@ -110,8 +110,19 @@ def test_image_samples_are_read_from_their_files_within_the_image_budget(
 
     path = make_image_task(tmp_path / "data", 3, size=56)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    (path.parent / "images" / "broken.png").write_bytes(b"not a png")
-    rows.append({**rows[0], "id": "broken-image", "images": ["images/broken.png"]})
+    from PIL import Image
+
+    folder = path.parent / "images"
+    (folder / "broken.png").write_bytes(b"not a png")
+    whole = (folder / rows[0]["images"][0].split("/")[-1]).read_bytes()
+    (folder / "truncated.png").write_bytes(whole[: len(whole) // 2])  # a good header, half the pixels
+    Image.new("RGB", (1000, 4)).save(folder / "sliver.png")  # no size in the budget keeps this shape
+    rows += [
+        {**rows[0], "id": "broken-image", "images": ["images/broken.png"]},
+        {**rows[0], "id": "truncated-image", "images": ["images/truncated.png"]},
+        {**rows[0], "id": "sliver-image", "images": ["images/sliver.png"]},
+        {**rows[0], "id": "two-images", "images": rows[0]["images"] * 2},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     store = FrameStore.from_settings()
     # at most 2 merged patches' worth of pixels: the 56x56 image (4 tokens at full size) keeps its shape
@@ -119,11 +130,14 @@ def test_image_samples_are_read_from_their_files_within_the_image_budget(
     images = ImageFiles({}, factor=28, min_pixels=784, max_pixels=2 * 784)
     samples, report = prepare_split(
         [str(path)], _cfg(source_mode="cached_only"), "qwen2_5_vl", tokenizer, store, tmp_path / "work",
-        split="train", images=images,
+        split="train", images=images, media_limits={"image": 1, "video": 1},
     )  # fmt: skip
-    # images are never preprocessed (cached_only does not refuse them); the unreadable one is dropped
-    assert (report.loaded, report.kept, report.dropped_decode, report.preprocessed) == (4, 3, 1, 0)
-    assert any("broken-image" in e for e in report.errors)
+    # images are never preprocessed (cached_only does not refuse them); unusable ones are dropped at
+    # start, each with its reason, and so is a sample with more images than the engine takes
+    assert (report.loaded, report.kept, report.preprocessed) == (7, 3, 0)
+    assert (report.dropped_decode, report.dropped_media) == (3, 1)
+    for name in ("broken-image", "truncated-image", "sliver-image", "two-images"):
+        assert any(name in e for e in report.errors), name
     first = samples[0]
     assert first.rollout.videos == () and len(first.rollout.images) == 1
     key = first.rollout.images[0]
