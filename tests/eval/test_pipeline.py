@@ -23,8 +23,8 @@ from tests.eval.conftest import write_json
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RUN_ID = "resume-test"
-BENCHMARKS = ["mvbench", "videoreasonbench", "charades_sta"]
-COUNTS = {"mvbench": 8, "videoreasonbench": 2, "charades_sta": 2}
+BENCHMARKS = ["mvbench", "videoreasonbench", "charades_sta", "mlvu"]
+COUNTS = {"mvbench": 8, "videoreasonbench": 2, "charades_sta": 2, "mlvu": 2}
 OVERRIDES = {
     "run_id": RUN_ID,
     "video.nframes": 4,
@@ -68,6 +68,13 @@ def make_data(root: Path) -> Path:
     make_video(
         data / "charades_sta" / "Charades_v1_480" / "c0.mp4", seconds=2.0, fps=10, width=160, height=120
     )
+    make_video(data / "mlvu" / "video" / "1_plotQA" / "m0.mp4", seconds=2.0, fps=10, width=160, height=120)
+    plot = [
+        {"video": "m0.mp4", "duration": 2, "question": f"What colour is square {i}?",
+         "candidates": ["red", "green", "blue"], "answer": "green", "question_type": "plotQA"}
+        for i in range(COUNTS["mlvu"])
+    ]  # fmt: skip
+    write_json(data / "mlvu" / "json" / "1_plotQA.json", plot)
     (data / "charades_sta" / "charades_sta_test.txt").write_text(
         "c0 0.0 1.0##a square moves.\ngone 0.5 1.5##a video that is missing.\n"
     )
@@ -241,6 +248,12 @@ def test_outputs_manifests_and_judge(resumed):
     assert first["clip_meta"][0]["source_width"] == 160 and first["prompt_tokens"] > 0
     judged = lines["videoreasonbench"]
     assert all(line["judged"] and line["judge_response"] is not None for line in judged)
+    # MLVU's answer prefix: in the manifest and the line, stored apart from the generated response
+    assert {(line["assistant_prefix"], line["manifest"]["assistant_prefix"]) for line in lines["mlvu"]} == {
+        ("Best Option: (", "Best Option: (")
+    }
+    assert all(not line["response"].startswith("Best Option") for line in lines["mlvu"])
+    assert {line["assistant_prefix"] for line in lines["videoreasonbench"]} == {""}  # no prefix: written ""
     missing = next(line for line in lines["charades_sta"] if line["id"] == "charades_sta_test/1")
     assert "video file not found" in missing["error"] and missing["response"] is None
 
