@@ -18,8 +18,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
 import numpy as np
+
+from services.common.frames.synthetic import write_rgb_clip
 
 COLOURS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 240), "yellow": (240, 220, 40)}
 DIRECTIONS = ("left", "right", "up", "down")
@@ -58,24 +59,6 @@ def clip_frames(
     return out
 
 
-def write_clip(path: Path, frames: np.ndarray, fps: int = 8) -> Path:
-    """H.264 mp4 written atomically (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    with av.open(str(tmp), mode="w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.height, stream.width = frames.shape[1:3]
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "18", "preset": "veryfast"}
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    os.replace(tmp, path)
-    return path
-
-
 def make_clips(
     root: Path, prefix: str, count: int, seed: int, *, size: int = 64, frames: int = 16, fps: int = 8
 ) -> list[Clip]:
@@ -89,7 +72,7 @@ def make_clips(
         name = f"{prefix}_{i:04d}.mp4"
         path = root / "videos" / name
         if not path.exists():
-            write_clip(
+            write_rgb_clip(
                 path, clip_frames(colour, direction, size=size, frames=frames, seed=seed * 100_003 + i), fps
             )
         clips.append(Clip(name=name, colour=colour, direction=direction))

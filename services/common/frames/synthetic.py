@@ -106,18 +106,24 @@ def make_colour_change_video(
     """Write an H.264 clip that is one flat colour, then another from ``change_at`` seconds on: frame
     ``i`` (at ``i / fps`` s) shows ``before`` while ``i / fps < change_at``. Tells which part of the
     timeline a sampled frame came from."""
+    frames = np.empty((round(seconds * fps), height, width, 3), dtype=np.uint8)
+    for i in range(len(frames)):
+        frames[i] = before if i / fps < change_at else after
+    return write_rgb_clip(path, frames, fps)
+
+
+def write_rgb_clip(path: str | Path, frames: np.ndarray, fps: int, *, crf: int = 18) -> Path:
+    """``(T, H, W, 3)`` uint8 frames as an H.264 mp4 at ``fps``, written atomically (temp, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     with av.open(str(tmp), mode="w") as container:
         stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height = width, height
+        stream.height, stream.width = frames.shape[1:3]
         stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "18", "preset": "veryfast"}
-        for i in range(round(seconds * fps)):
-            img = np.empty((height, width, 3), dtype=np.uint8)
-            img[...] = before if i / fps < change_at else after
-            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+        stream.options = {"crf": str(crf), "preset": "veryfast"}
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
