@@ -24,7 +24,7 @@ from services.eval.benchmarks.base import Benchmark, fixed, make_sample
 from services.eval.benchmarks.files import read_rows, require
 from services.eval.benchmarks.options import letter_of_index, lettered
 from services.eval.benchmarks.registry import register
-from services.eval.benchmarks.subtitles import frame_times, lvb_subtitles_at, read_lvb_subtitles
+from services.eval.benchmarks.subtitles import Cue, frame_times, lvb_subtitles_at, read_lvb_subtitles
 
 _ANSWER = "Answer with the option's letter from the given choices directly."
 
@@ -103,7 +103,7 @@ class LongVideoBench(Benchmark):
             fields["subtitles"] = "".join(f"{line}\n" for line in lines)
         return fields
 
-    def subtitle_cues(self, sample: Sample) -> list:
+    def subtitle_cues(self, sample: Sample) -> list[Cue]:
         """The item's cues on the video's clock; an item without ``subtitle_path`` has none, a named
         file that is missing is an error (the sample is recorded with it)."""
         name = sample.extra("subtitle_path")
