@@ -67,7 +67,12 @@ def vanilla(
     engine = RolloutEngine(model, config, source=RealtimeSource(clips))
     try:
         requests = [
-            rollout_sample(t, t.adapter.prompt(t.sample, family), t.adapter.system_prompt(t.sample))
+            rollout_sample(
+                t,
+                t.adapter.prompt(t.sample, family),
+                t.adapter.system_prompt(t.sample),
+                t.adapter.assistant_prefix(t.sample),
+            )
             for t in every
         ]
         # first-call allocations and kernel compilation, on a video the timed passes never see
@@ -81,7 +86,10 @@ def vanilla(
                 groups = engine.rollout(requests[i : i + batch], n=1, max_tokens=max_tokens, ignore_eos=True)
                 responses += [g.responses[0] for g in groups]
             scored = [
-                score_one(t.adapter, t.sample, r.text, family) for t, r in zip(tasks, responses, strict=True)
+                score_one(
+                    t.adapter, t.sample, r.text, family, assistant_prefix=t.adapter.assistant_prefix(t.sample)
+                )
+                for t, r in zip(tasks, responses, strict=True)
             ]
             walls.append(time.perf_counter() - started)
     finally:

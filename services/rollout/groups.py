@@ -8,7 +8,7 @@ from typing import Any
 from services.rollout import mix_policy
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
-from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
+from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample, continued_response
 
 Generated = tuple[list[int], list[RolloutResponse]]  # (prompt token ids, online responses)
 
@@ -70,7 +70,11 @@ def gate_accuracies(
     out: list[list[float] | None] = [None] * len(samples)
     if not judged:
         return out
-    items = [({"id": samples[i].id, **samples[i].reward}, r.text) for i in judged for r in generated[i][1]]
+    items = [
+        ({"id": samples[i].id, **samples[i].reward}, continued_response(samples[i].assistant_prefix, r.text))
+        for i in judged
+        for r in generated[i][1]
+    ]
     results = iter(reward_client.score_batch(items))
     for i in judged:
         scores = []

@@ -23,7 +23,7 @@ import torch
 from services.common.frames import FrameStore
 from services.reward import RewardResult, make_reward_client
 from services.reward.client import RewardServiceError
-from services.rollout.samples import RolloutGroup
+from services.rollout.samples import RolloutGroup, continued_response
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.trainer import checkpoints as ckpt
 from services.trainer.algorithms import (
@@ -104,7 +104,11 @@ def score_groups(
     service that stays down after its client's retries fails the step by name: training on zeros
     instead would teach the model nothing while looking like a run. An item the library cannot score
     scores 0, is counted (``reward/errors``) and logged."""
-    items = [(s.reward, r.text) for s, g in zip(samples, groups, strict=True) for r in g.responses]
+    items = [
+        (s.reward, continued_response(s.rollout.assistant_prefix, r.text))
+        for s, g in zip(samples, groups, strict=True)
+        for r in g.responses
+    ]
     try:
         results: list[RewardResult] = client.score_batch(items)
     except (RewardServiceError, OSError) as exc:

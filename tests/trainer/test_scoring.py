@@ -8,13 +8,14 @@ import pytest
 
 from services.reward import RewardConfig
 from services.reward.client import HttpRewardClient, InProcessRewardClient
-from services.rollout.samples import RolloutGroup, RolloutResponse
+from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
 from services.trainer.loop import RewardStepError, score_groups
 
 
 class _Sample:
-    def __init__(self, reward: dict) -> None:
+    def __init__(self, reward: dict, assistant_prefix: str | None = None) -> None:
         self.reward = reward
+        self.rollout = RolloutSample(id="s", prompt="?", assistant_prefix=assistant_prefix)
 
 
 def _group(texts: list[str]) -> RolloutGroup:
@@ -51,6 +52,15 @@ def test_scores_in_process() -> None:
     assert scored.accuracy == [1.0, 0.0, 1.0]
     assert scored.format == [1.0, 1.0, 0.0]
     assert scored.overall == pytest.approx([1.0, 0.1, 0.9])
+
+
+def test_answers_are_read_after_the_samples_assistant_prefix() -> None:
+    # "B) y. A) was not it" names two letters (a hedge, no answer) alone; after the prompt's
+    # "Best option:(" the final-answer phrase reads B
+    prefixed = _Sample(SAMPLE.reward, assistant_prefix="Best option:(")
+    hedge = "B) y. A) was not it"
+    scored = score_groups(InProcessRewardClient(), 1, [prefixed, SAMPLE], [_group([hedge]), _group([hedge])])
+    assert scored.accuracy == [1.0, 0.0]
 
 
 def test_a_reward_service_that_is_down_fails_the_step_by_name() -> None:
