@@ -60,6 +60,9 @@ def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tm
     evals = sorted((j for j in jobs if j.kind == "eval"), key=lambda j: j.created_at)
     (train,) = [j for j in jobs if j.kind == "train"]
     assert [j.id[:8] for j in evals] == [before[3], after[3]]
+    # the table shows each evaluation's own figure, as a fraction (eval summaries hold percentages)
+    for row, job in zip((before, after), evals, strict=True):
+        assert float(row[0]) == pytest.approx(job.result["video_r1/overall"] / 100, abs=5e-4)
     assert train.result["steps"] == STEPS and train.progress.done == STEPS
 
     # The metrics file it points at holds every step once (0: the validation before training).
