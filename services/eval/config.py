@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,11 @@ from services.rollout.config import EngineConfig, RolloutConfig
 
 class ConfigError(ValueError):
     """An unusable run config; the message names the field and the fix."""
+
+
+# The run id names a folder under <REELRL_HOME>/eval and a key in the results store: a separator, a
+# leading dot or an absolute path would let it write outside that folder.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class BenchmarkSettings(BaseModel):
@@ -88,6 +94,16 @@ class EvalConfig(BaseModel):
     @classmethod
     def _split(cls, value: Any) -> Any:
         return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, value: str | None) -> str | None:
+        if value is not None and not RUN_ID_PATTERN.fullmatch(value):
+            raise ValueError(
+                f"run_id {value!r} is not a plain name: use 1-128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit (it names a folder under <REELRL_HOME>/eval)"
+            )
+        return value
 
     @field_validator("rollout", mode="before")
     @classmethod

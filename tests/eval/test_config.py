@@ -58,6 +58,28 @@ def test_run_id_follows_results_not_throughput(tmp_path):
     assert make(tmp_path, run_id="mine").resolved_run_id() == "mine"
 
 
+def test_run_id_is_a_plain_name(tmp_path, monkeypatch):
+    """The run id names the output folder under <REELRL_HOME>/eval: no path may hide in it."""
+    from pydantic import ValidationError
+
+    from services.common.settings import reset_settings_cache
+    from services.eval.config import EvalJobConfig
+
+    for bad in ["../../../tmp/x", "/tmp/x", "a/b", "..", ".", ".hidden", "", "x" * 129, "a b", "a\\b"]:
+        with pytest.raises(ConfigError, match=r"run_id: run_id .* is not a plain name"):
+            make(tmp_path, run_id=bad)
+    assert make(tmp_path, run_id="exp-1.v2_a").resolved_run_id() == "exp-1.v2_a"
+    monkeypatch.setenv("REELRL_DATA_ROOTS", str(tmp_path))
+    reset_settings_cache()
+    try:
+        job = {"model": "model", "benchmarks": "mlvu", "data_root": "bench"}
+        with pytest.raises(ValidationError, match=r"run_id .* is not a plain name"):
+            EvalJobConfig.model_validate({**job, "run_id": "../../../tmp/x"})
+        assert EvalJobConfig.model_validate({**job, "run_id": "r1"}).run_id == "r1"
+    finally:
+        reset_settings_cache()
+
+
 def test_clip_params_layers():
     # MVBench's 16 frames, overridden by a global fps (which clears nframes), then a per-benchmark cap
     params = clip_params("qwen3_vl", {"fps": None, "nframes": 16}, {"fps": 1.0}, {"max_frames": 8})
