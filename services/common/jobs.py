@@ -538,7 +538,7 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """True once a cancel was requested, the job was taken from this worker, or its heartbeat
         could not be renewed for so long that the reaper may give it to another worker: stop soon."""
-        if not self._cancel.is_set():
+        if not self._cancel.is_set() and not self._lost.is_set():
             silent = time.monotonic() - self._last_beat
             if silent > self._fence_s:
                 log.error(
@@ -547,7 +547,7 @@ class JobContext:
                     self.job_id, silent, self._settings.heartbeat_timeout_s,
                 )  # fmt: skip
                 self._lose()
-        return self._cancel.is_set()
+        return self._cancel.is_set() or self._lost.is_set()
 
     def raise_if_cancelled(self) -> None:
         if self.cancel_requested():
@@ -609,13 +609,19 @@ class JobContext:
     def set_result(self, result: dict[str, Any]) -> None:
         """The job's final summary (shown with the job and in its last state event)."""
         result = jsonable(result, "result")
-        with self._io, session_scope() as session:
-            session.execute(
-                update(Job)
-                .where(Job.id == self.job_id, *self._mine)
-                .values(result=result, updated_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
+        with self._io:
+            # A fenced-off attempt may still match the row until the reaper acts: it must not write.
+            if self.lost:
+                return
+            with session_scope() as session:
+                written = session.execute(
+                    update(Job)
+                    .where(Job.id == self.job_id, *self._mine)
+                    .values(result=result, updated_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                ).rowcount
+        if not written:
+            self._lose()
 
     def heartbeat(self) -> None:
         """Renew the heartbeat, pick up a cancel request, write merged progress."""
@@ -643,8 +649,9 @@ class JobContext:
             log.error(
                 "job %s (attempt %d) is no longer run by %s; stopping", self.job_id, self.attempt, self.worker
             )
+        # Not _cancel: that one means the database asked for a cancel, and only then does the job end
+        # cancelled; a lost job's end is the reaper's to decide.
         self._lost.set()
-        self._cancel.set()
 
     def _finish(self, state: JobState, reason: str | None, extra: dict[str, Any] | None = None) -> None:
         self.flush_progress()
@@ -730,7 +737,8 @@ def run_job(job_id: str, *, worker: str | None = None) -> Iterator[JobContext]:
 
     The body returning ends the job ``succeeded`` (``cancelled`` if a cancel was requested meanwhile);
     :class:`JobCancelled` ends it ``cancelled``; any other exception ends it ``failed`` with the
-    exception as the reason and is re-raised. Raises :class:`JobNotRunnable` without running the body
+    exception as the reason and is re-raised. An attempt that lost its job (its heartbeat fence ran
+    out, or the reaper took it) records no end at all: the reaper decides. Raises :class:`JobNotRunnable` without running the body
     when the job is finished or running elsewhere, :class:`JobNotFound` for an unknown id.
     """
     settings = JobSettings()
@@ -740,9 +748,16 @@ def run_job(job_id: str, *, worker: str | None = None) -> Iterator[JobContext]:
     try:
         with _Heartbeat(ctx, settings.heartbeat_s):
             yield ctx
-    except JobCancelled:
-        ctx._finish(JobState.cancelled, "cancelled on request")
     except BaseException as exc:
+        if ctx.lost:
+            # The row may still be ours until the reaper looks: whatever stopped the body, the
+            # reaper decides how the job ends (a retry, if any are left).
+            if isinstance(exc, JobCancelled):
+                return
+            raise
+        if isinstance(exc, JobCancelled) and ctx._cancel.is_set():
+            ctx._finish(JobState.cancelled, "cancelled on request")
+            return
         tb = "".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:]
         ctx._finish(JobState.failed, _describe(exc), {"traceback": tb})
         raise

@@ -1,6 +1,7 @@
 """The job model on real databases: state machine, events, heartbeats, cancel, reaper, retries,
 idempotency."""
 
+import contextlib
 import math
 import sqlite3
 import threading
@@ -377,6 +378,33 @@ def test_a_worker_that_cannot_heartbeat_stops_before_the_reaper_gives_its_job_aw
             release()
     # It stopped without claiming an end: the reaper decides (here: a retry).
     assert get_job(job_id).state == JobState.running
+    assert [r.state for r in reap_stale_jobs(now=_later())] == [JobState.queued]
+
+
+def _lose_the_fence(ctx, job_id):
+    """Hold the job's row until the worker's fence runs out and it stops by itself."""
+    release = _hold_job_row(job_id)
+    try:
+        assert wait_for(lambda: ctx.cancel_requested() and ctx.lost, timeout=5)
+    finally:
+        release()
+
+
+@pytest.mark.parametrize("ending", ["raise_if_cancelled", "error", "returns"])
+def test_a_worker_that_lost_its_fence_records_no_end(job_db, monkeypatch, ending):
+    monkeypatch.setenv("REELRL_JOB_HEARTBEAT_S", "0.2")
+    monkeypatch.setenv("REELRL_JOB_HEARTBEAT_TIMEOUT_S", "1.5")
+    job_id = create_job("preprocess", {}, max_retries=1)
+    with contextlib.suppress(RuntimeError), run_job(job_id) as ctx:
+        _lose_the_fence(ctx, job_id)
+        ctx.set_result({"rows": 3})
+        if ending == "raise_if_cancelled":
+            ctx.raise_if_cancelled()
+        elif ending == "error":
+            raise RuntimeError("stopped half-way")
+    # Not "cancelled on request" nor failed: the job is still running, for the reaper to retry.
+    job = get_job(job_id)
+    assert job.state == JobState.running and job.result is None and job.reason is None
     assert [r.state for r in reap_stale_jobs(now=_later())] == [JobState.queued]
 
 
