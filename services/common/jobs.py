@@ -385,23 +385,33 @@ def request_cancel(job_id: str) -> JobInfo:
 
     A finished job raises :class:`JobConflict`.
     """
-    with session_scope() as session:
-        done = None
-        for attempted, reason in (
-            (Job.attempts == 0, "cancelled before it started"),
-            (Job.attempts > 0, "cancelled while queued for a retry"),
-        ):
-            done = done or _append(
-                session, job_id, (Job.state == JobState.queued, attempted), STATE_EVENT,
-                {"state": "cancelled", "reason": reason},
-                state=JobState.cancelled, reason=reason, finished_at=utcnow(),
-            )  # fmt: skip
-        if done is None:
-            _append(
+    done = None
+    for _ in range(5):
+        with session_scope() as session:
+            for attempted, reason in (
+                (Job.attempts == 0, "cancelled before it started"),
+                (Job.attempts > 0, "cancelled while queued for a retry"),
+            ):
+                done = done or _append(
+                    session, job_id, (Job.state == JobState.queued, attempted), STATE_EVENT,
+                    {"state": "cancelled", "reason": reason},
+                    state=JobState.cancelled, reason=reason, finished_at=utcnow(),
+                )  # fmt: skip
+        if done is not None:
+            break
+        with session_scope() as session:
+            asked = _append(
                 session, job_id, (Job.state == JobState.running, Job.cancel_requested.is_(False)),
                 CANCEL_EVENT, {}, cancel_requested=True,
             )  # fmt: skip
+        job = get_job(job_id)
+        # Neither matched while the job moved between the two (a worker claimed it, or the reaper
+        # re-queued it): look again rather than answer a cancel that did nothing.
+        if asked is not None or job.state.terminal or job.cancel_requested:
+            break
     job = get_job(job_id)
+    if not job.state.terminal and not job.cancel_requested:
+        raise JobConflict(f"job {job_id} kept changing state while being cancelled; try again")
     if job.state.terminal and job.state != JobState.cancelled:
         raise JobConflict(f"job {job_id} already {job.state.value}; only queued or running jobs cancel")
     if job.state == JobState.cancelled and done is None:
@@ -451,43 +461,62 @@ def reap_stale_jobs(settings: JobSettings | None = None, now: datetime | None = 
     cutoff = now - timedelta(seconds=settings.heartbeat_timeout_s)
     reaped = []
     with session_scope() as session:
-        stale = session.execute(
-            select(
-                Job.id, Job.kind, Job.worker, Job.heartbeat_at, Job.attempts, Job.max_retries,
-                Job.cancel_requested,
-            ).where(Job.state == JobState.running, Job.heartbeat_at < cutoff)
-        ).all()  # fmt: skip
-    for job_id, kind, worker, beat, attempts, max_retries, cancel in stale:
-        silent = (now - beat).total_seconds()
-        lost = (
-            f"worker lost: no heartbeat from {worker} for {silent:.0f} s "
-            f"(timeout {settings.heartbeat_timeout_s:g} s)"
-        )
-        data: dict[str, Any] = {}
-        if cancel:
-            state, reason = JobState.cancelled, f"cancelled on request ({lost})"
-            values: dict[str, Any] = {"finished_at": now}
-        elif attempts <= max_retries:
-            # attempts counts the starts so far: the next start is retry number `attempts`.
-            state, reason = JobState.queued, f"{lost}; retry {attempts} of {max_retries}"
-            values = {"enqueued_at": None}
-            data = {"retry": attempts, "max_retries": max_retries}
-        else:
-            spent = f"; no retries left ({attempts} attempts)" if max_retries else ""
-            state, reason = JobState.failed, lost + spent
-            values = {"finished_at": now}
-        with session_scope() as session:
-            # Only if nobody changed the job meanwhile (its worker beat, or another reaper got there).
-            seq = _append(
-                session, job_id, (Job.state == JobState.running, Job.heartbeat_at == beat,
-                                  Job.attempts == attempts), STATE_EVENT,
-                {"state": state.value, "reason": reason, **data},
-                state=state, reason=reason, **values,
-            )  # fmt: skip
-        if seq is not None:
-            log.warning("job %s: %s → %s", job_id, reason, state.value)
-            reaped.append(Reaped(job_id, kind, state, reason))
+        stale = session.scalars(
+            select(Job.id).where(Job.state == JobState.running, Job.heartbeat_at < cutoff)
+        ).all()
+    for job_id in stale:
+        # Twice: a cancel requested between the read and the write makes the write miss; the second
+        # read sees it and the job ends cancelled instead of being retried.
+        for _ in range(2):
+            done = _reap_one(job_id, settings, now, cutoff)
+            if done is not None:
+                if done:
+                    log.warning("job %s: %s → %s", job_id, done[0].reason, done[0].state.value)
+                    reaped.append(done[0])
+                break
     return reaped
+
+
+def _reap_one(job_id: str, settings: JobSettings, now: datetime, cutoff: datetime) -> list[Reaped] | None:
+    """Reap one job if it is still stale: ``[Reaped]``; ``[]`` when it is not (any more); None when
+    it changed between the read and the write (read it again)."""
+    with session_scope() as session:
+        row = session.execute(
+            select(
+                Job.kind, Job.worker, Job.heartbeat_at, Job.attempts, Job.max_retries, Job.cancel_requested,
+            ).where(Job.id == job_id, Job.state == JobState.running, Job.heartbeat_at < cutoff)
+        ).first()  # fmt: skip
+    if row is None:
+        return []
+    kind, worker, beat, attempts, max_retries, cancel = row
+    silent = (now - beat).total_seconds()
+    lost = (
+        f"worker lost: no heartbeat from {worker} for {silent:.0f} s "
+        f"(timeout {settings.heartbeat_timeout_s:g} s)"
+    )
+    data: dict[str, Any] = {}
+    if cancel:
+        state, reason = JobState.cancelled, f"cancelled on request ({lost})"
+        values: dict[str, Any] = {"finished_at": now}
+    elif attempts <= max_retries:
+        # attempts counts the starts so far: the next start is retry number `attempts`.
+        state, reason = JobState.queued, f"{lost}; retry {attempts} of {max_retries}"
+        values = {"enqueued_at": None}
+        data = {"retry": attempts, "max_retries": max_retries}
+    else:
+        spent = f"; no retries left ({attempts} attempts)" if max_retries else ""
+        state, reason = JobState.failed, lost + spent
+        values = {"finished_at": now}
+    with session_scope() as session:
+        # Only if nobody changed the job meanwhile (its worker beat, another reaper got there, or a
+        # cancel was requested: a retry must not outlive a cancel the API has acknowledged).
+        seq = _append(
+            session, job_id, (Job.state == JobState.running, Job.heartbeat_at == beat,
+                              Job.attempts == attempts, Job.cancel_requested.is_(cancel)), STATE_EVENT,
+            {"state": state.value, "reason": reason, **data},
+            state=state, reason=reason, **values,
+        )  # fmt: skip
+    return None if seq is None else [Reaped(job_id, kind, state, reason)]
 
 
 def unsent_retries() -> list[tuple[str, str]]:
@@ -708,6 +737,18 @@ def _claim(job_id: str, worker: str, settings: JobSettings) -> JobInfo:
                     raise JobNotRunnable(
                         job_id, job.state, f"running on {job.worker} (heartbeat {silent:.1f} s ago)"
                     )
+            if job.state == JobState.queued and job.cancel_requested:
+                # Re-queued while its cancel was being requested: the cancel was acknowledged, so end
+                # it here instead of running it (and resetting the flag below).
+                ended = _append(
+                    session, job_id, (Job.state == JobState.queued, Job.attempts == job.attempts,
+                                      Job.cancel_requested.is_(True)), STATE_EVENT,
+                    {"state": "cancelled", "reason": "cancelled while queued for a retry"},
+                    state=JobState.cancelled, reason="cancelled while queued for a retry", finished_at=now,
+                )  # fmt: skip
+                if ended is None:
+                    continue
+                break
             attempt = job.attempts + 1
             claimed = _append(
                 session, job_id, (Job.state == JobState.queued, Job.attempts == job.attempts), STATE_EVENT,

@@ -312,6 +312,73 @@ def test_a_lost_job_whose_cancel_was_requested_ends_cancelled(job_db):
     assert unsent_retries() == []
 
 
+def _before_append(monkeypatch, when, action):
+    """Run ``action`` once, just before the first job update for which ``when(event_type, data)`` holds
+    (the moment another process could act between a read and the guarded write)."""
+    from services.common import jobs
+
+    original, pending = jobs._append, [True]
+
+    def append(session, job_id, conditions, event_type, data, **values):
+        if pending[0] and when(event_type, data):
+            pending[0] = False
+            action(job_id)
+        return original(session, job_id, conditions, event_type, data, **values)
+
+    monkeypatch.setattr(jobs, "_append", append)
+
+
+def test_a_cancel_requested_while_the_reaper_decides_is_not_retried(job_db, monkeypatch):
+    job_id = create_job("train", {}, max_retries=3)
+    with run_job(job_id, worker="dead:1:1"):
+        # The reaper read the job (no cancel yet) and is about to re-queue it when the cancel lands.
+        _before_append(monkeypatch, lambda type, data: data.get("state") == "queued", request_cancel)
+        assert [r.state for r in reap_stale_jobs(now=_later())] == [JobState.cancelled]
+    job = get_job(job_id)
+    assert job.state == JobState.cancelled and job.reason.startswith("cancelled on request (worker lost")
+    assert unsent_retries() == []
+
+
+def _requeue_with_cancel_requested(job_id):
+    """The state an older reaper could leave: re-queued for a retry after a cancel was acknowledged."""
+    from sqlalchemy import update
+
+    from services.common.db import session_scope
+    from services.common.db.models import Job
+
+    with session_scope() as session:
+        session.execute(
+            update(Job).where(Job.id == job_id).values(state=JobState.queued, cancel_requested=True)
+        )
+
+
+def test_a_queued_job_whose_cancel_was_requested_is_cancelled_not_run(job_db):
+    job_id = create_job("train", {}, max_retries=1)
+    with run_job(job_id, worker="dead:1:1"):
+        request_cancel(job_id)
+        _requeue_with_cancel_requested(job_id)
+        with pytest.raises(JobNotRunnable, match="cancelled while queued"), run_job(job_id, worker="new:1:1"):
+            raise AssertionError("a cancelled job ran")
+    job = get_job(job_id)
+    assert job.state == JobState.cancelled and job.attempts == 1
+    assert job.reason == "cancelled while queued for a retry"
+
+
+def test_a_cancel_that_races_the_reaper_is_not_lost(job_db, monkeypatch):
+    job_id = create_job("train", {}, max_retries=1)
+    with run_job(job_id, worker="dead:1:1"):
+        # request_cancel found it running, not queued; the reaper re-queues it before the running-only
+        # update: the cancel must still take effect, not answer 200 having done nothing.
+        _before_append(
+            monkeypatch,
+            lambda type, data: type == "cancel_requested",
+            lambda _: reap_stale_jobs(now=_later()),
+        )
+        job = request_cancel(job_id)
+    assert job.state == JobState.cancelled and job.reason == "cancelled while queued for a retry"
+    assert get_job(job_id).state == JobState.cancelled and unsent_retries() == []
+
+
 def test_cancelling_a_requeued_job_says_so(job_db):
     job_id = create_job("eval", {}, max_retries=1)
     with run_job(job_id):
