@@ -132,17 +132,24 @@ class Pipeline:
     def score_and_save(
         self, ready: Ready, response: RolloutResponse | None, prompt_tokens: int | None, latency_s: float | None,
         judge_response: str | None, error: str | None, rubric: dict[str, str] | None = None,
+        rubric_error: str | None = None,
     ) -> ItemResult:  # fmt: skip
+        """Score and store one sample. ``rubric_error`` (the rubric judge failed) leaves the item scored
+        as without a rubric and is kept in its details, so rubric aggregates can leave the item out."""
         task = ready.task
         if error is None and response is not None:
             item = score_one(
                 task.adapter, task.sample, response.text, self.family, ready.clip_meta, judge_response,
                 assistant_prefix=ready.assistant_prefix, rubric_replies=rubric,
             )  # fmt: skip
+            if rubric_error is not None:
+                item = item.model_copy(update={"details": {**item.details, "rubric_error": rubric_error}})
         else:
+            # the response is kept even when the sample failed, so the row can be re-scored later
             item = ItemResult(
-                id=task.sample.id, accuracy=0.0, error=error, problem_type=task.sample.problem_type
-            )
+                id=task.sample.id, accuracy=0.0, error=error, problem_type=task.sample.problem_type,
+                response=response.text if response is not None else None,
+            )  # fmt: skip
         clip = task.planned.params.canonical() if task.planned.params else None
         record = ResultRecord(
             benchmark=task.benchmark,
@@ -201,18 +208,25 @@ class Pipeline:
             except ValueError as exc:  # refused input (too long, placeholder mismatch): this sample only
                 error = f"generation failed: {exc}"
             latency = time.perf_counter() - started
-        rubric = None
+        rubric, rubric_error = None, None
         if error is None and response is not None and self.judge_engine is not None:
             answer = continued_response(ready.assistant_prefix, response.text)
-            try:
-                if self.wants_judge(ready.task):
+            # a judge prompt the engine refuses (too long) fails this sample only
+            if self.wants_judge(ready.task):
+                try:
                     judge_response = await self._judge(ready.task, answer)
+                except ValueError as exc:
+                    error = f"judge failed: {exc}"
+            # The rubric (CoT steps, generation scores) is a figure beside the answer's score: its
+            # failure must not zero the answer, or turning the rubric on would lower the accuracy.
+            try:
                 rubric = await self._rubric(ready.task, answer)
-            except ValueError as exc:  # a judge prompt the engine refuses (too long): this sample only
-                error = f"judge failed: {exc}"
+            except ValueError as exc:
+                rubric_error = f"rubric judge failed: {exc}"
         item = await loop.run_in_executor(
-            pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error, rubric
-        )
+            pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error,
+            rubric, rubric_error,
+        )  # fmt: skip
         self.on_result(ready.task.benchmark, item)
 
     def wants_judge(self, task: Task) -> bool:

@@ -363,6 +363,15 @@ class VCRBench(Benchmark):
             unreadable = sum(1 for s in samples if results[s.id].details.get("cot_unreadable"))
             if unreadable:
                 notes.append(f"{unreadable} items' CoT judge replies were not step lists (left out)")
+        if self.options.cot:
+            unjudged = sum(
+                1 for s in samples if s.extra("reasoning") and "rubric_replies" not in results[s.id].details
+            )
+            if unjudged:
+                notes.append(
+                    f"{unjudged} items have no CoT judge replies (no judge, judge failed or missing); "
+                    "the CoT scores are over the others"
+                )
         return summary(
             self.name, samples, results, metric="accuracy", overall=overall,
             metrics=metrics, breakdowns=cells, notes=notes,
