@@ -4,7 +4,8 @@ GET and HEAD need ``read`` (``/metrics`` also takes ``metrics``), every other me
 (``admin`` allows all). The status page sends the token as a cookie set by ``/login``. For GET and
 HEAD the cookie is enough; any other method also needs the ``X-ReelRL-CSRF`` header holding
 :func:`csrf_token` of the cookie, which the page's own scripts read from the page and a cross-site form
-or script can neither know nor send. When the API runs open, a request without a token may do
+or script can neither know nor send; a write with the cookie and without that header is 403 (also on
+an open API). When the API runs open, a request without a token may do
 everything; a token that is given is still checked.
 """
 
@@ -70,7 +71,9 @@ def _bearer(headers: dict[str, str], method: str, cookies: dict[str, str]) -> st
     sent = headers.get(CSRF_HEADER)
     if sent is not None and hmac.compare_digest(sent.encode(), csrf_token(cookie).encode()):
         return cookie
-    return None
+    # Refused outright, in every mode: dropping the cookie would let an open API run the write
+    # anonymously with every scope, whatever the signed-in token may do.
+    raise AuthFailed(403, f"a write sent with the login cookie needs the page's {CSRF_HEADER} header")
 
 
 def resolve_principal(token: str | None, required: bool) -> Principal:

@@ -109,8 +109,8 @@ def test_pages_need_a_token_and_the_cookie_only_reads(locked):
     cookie = login.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert locked.get("/cache").status_code == 200 and "signed in as" in locked.get("/").text
-    # A cookie never authorises a write (a cross-site form cannot submit jobs).
-    assert locked.post("/v1/jobs", json=BODY).status_code == 401
+    # A cookie alone never authorises a write (a cross-site form cannot submit jobs).
+    assert locked.post("/v1/jobs", json=BODY).status_code == 403
     assert list_jobs()[1] == 0
     off_site = locked.post("/login", data={"token": token, "next": "//evil.example"}, follow_redirects=False)
     assert off_site.headers["location"] == "/"
@@ -125,7 +125,7 @@ def test_the_cookie_writes_only_with_the_pages_csrf_header(locked):
     assert 'id="cancel-job"' in page and csrf_token(token) in page and token not in page
     for headers in ({}, {CSRF_HEADER: "0" * 64}, {CSRF_HEADER: csrf_token(token + "x")}):
         refused = locked.post(f"/v1/jobs/{job_id}/cancel", headers=headers)
-        assert refused.status_code == 401, headers
+        assert refused.status_code == 403 and CSRF_HEADER in refused.json()["detail"], headers
     assert get_job(job_id).state.value == "queued"
     accepted = locked.post(f"/v1/jobs/{job_id}/cancel", headers={CSRF_HEADER: csrf_token(token)})
     assert accepted.status_code == 200 and accepted.json()["state"] == "cancelled"
@@ -189,6 +189,22 @@ def test_open_mode_and_the_default(make_client):
     assert ApiSettings(host="0.0.0.0").auth_required
     assert ApiSettings(host="10.1.2.3").auth_required
     assert ApiSettings(host="127.0.0.1", auth="required").auth_required
+
+
+def test_an_open_api_refuses_a_cookie_write_without_the_csrf_header(make_client):
+    """The cookie is not dropped to run the write anonymously (with every scope): it is refused."""
+    open_api = make_client(auth="open")
+    viewer = create_token("viewer", [Scope.read])
+    open_api.post("/login", data={"token": viewer, "next": "/"}, follow_redirects=False)
+    job_id = create_job("preprocess", {})
+    for headers in ({}, {CSRF_HEADER: csrf_token(viewer + "x")}):
+        refused = open_api.post(f"/v1/jobs/{job_id}/cancel", headers=headers)
+        assert refused.status_code == 403 and CSRF_HEADER in refused.json()["detail"], headers
+        assert open_api.post("/v1/jobs", json=BODY, headers=headers).status_code == 403
+    # With the header the cookie's own token decides: a read-only one may not cancel.
+    scoped = open_api.post(f"/v1/jobs/{job_id}/cancel", headers={CSRF_HEADER: csrf_token(viewer)})
+    assert scoped.status_code == 403 and "lacks the 'submit' scope" in scoped.json()["detail"]
+    assert get_job(job_id).state.value == "queued" and list_jobs()[1] == 1
 
 
 def test_token_commands(reelrl_home):
