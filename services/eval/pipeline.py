@@ -73,6 +73,22 @@ def rollout_sample(
     )
 
 
+class AdapterFailure(ValueError):
+    """An unexpected exception of a benchmark adapter on one sample (a bug a record tripped)."""
+
+
+def from_adapter(task: Task, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, with any exception but the expected per-sample ones turned into an
+    :class:`AdapterFailure` (logged with its traceback), so it fails this sample only."""
+    try:
+        return call(*args, **kwargs)
+    except (ValueError, LookupError, OSError):
+        raise
+    except Exception as exc:
+        log.exception("%s/%s: the adapter failed", task.benchmark, task.sample.id)
+        raise AdapterFailure(f"{type(exc).__name__}: {exc}") from exc
+
+
 class Pipeline:
     def __init__(
         self,
@@ -110,17 +126,25 @@ class Pipeline:
     # --- IO pool ---------------------------------------------------------------------------------------
 
     def prepare(self, task: Task) -> Ready:
+        """The sample's engine request, or why it cannot run. Whatever one sample's annotation does to
+        the adapter is that sample's error, never the run's; of the clip loader and the processor only
+        the per-sample failures are (a store or processor outage still stops the run, rather than
+        filing every remaining sample as failed)."""
         sample, adapter, planned = task.sample, task.adapter, task.planned
-        version = adapter.prompt_version(sample, self.thinking)
-        prefix = adapter.assistant_prefix(sample, self.thinking)
-        if planned.error is not None:
-            return Ready(task, None, None, version, prefix, planned.error)
+        version, prefix = "", None
         try:
+            version = from_adapter(task, adapter.prompt_version, sample, self.thinking)
+            prefix = from_adapter(task, adapter.assistant_prefix, sample, self.thinking)
+            if planned.error is not None:
+                return Ready(task, None, None, version, prefix, planned.error)
             metas = [
                 self.engine.source.load(key, expect=planned.params.canonical())[1] for key in planned.keys
             ]
-            prompt = adapter.prompt(sample, self.family, self.thinking, clip_meta=metas or None)
-            request = rollout_sample(task, prompt, adapter.system_prompt(sample, self.thinking), prefix)
+            prompt = from_adapter(
+                task, adapter.prompt, sample, self.family, self.thinking, clip_meta=metas or None
+            )
+            system = from_adapter(task, adapter.system_prompt, sample, self.thinking)
+            request = rollout_sample(task, prompt, system, prefix)
             (item,) = prepare_inputs(
                 [request], self.engine.checkpoint, self.engine.source, self.engine.config
             )

@@ -93,3 +93,25 @@ def test_a_failed_sample_keeps_its_response(tmp_path, reelrl_home):
     assert (item.accuracy, item.response, item.error) == (0.0, "D", "judge failed: long")
     (row,) = stored_results("r1", "vcrbench")
     assert row.response == "D"
+
+
+def test_an_adapter_error_on_one_sample_is_that_samples_error(tmp_path, monkeypatch):
+    """An unexpected exception from the adapter while preparing one sample is recorded as its error
+    (before: it escaped ``prepare`` and stopped the run)."""
+    adapter = get_benchmark("vcrbench")
+    (sample,) = adapter.load([write_json(tmp_path / "meta_info_video.json", [ITEM])])
+    runner = Pipeline(
+        FakeEngine("D"), run_id="r1", run_manifest={}, family="qwen3_vl", thinking=False,
+        concurrency=1, io_threads=1, queue_size=1,
+    )  # fmt: skip
+
+    def broken(*args, **kwargs):
+        raise TypeError("float() argument must be a string or a real number, not 'NoneType'")
+
+    monkeypatch.setattr(adapter, "prompt", broken)
+    ready = runner.prepare(Task("vcrbench", adapter, PlannedSample(sample)))
+    assert ready.engine_input is None and ready.prompt_version == adapter.prompt_version(sample, False)
+    assert (
+        ready.error
+        == "AdapterFailure: TypeError: float() argument must be a string or a real number, not 'NoneType'"
+    )

@@ -67,6 +67,15 @@ def _clock(value: str, where: str) -> float:
         raise BenchmarkError(f"{where}: subtitle time {value!r} is not HH:MM:SS.mmm") from None
 
 
+def _seconds(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise BenchmarkError(f"{where}: subtitle time {value!r} is not a number of seconds")
+    try:
+        return float(value)
+    except ValueError:
+        raise BenchmarkError(f"{where}: subtitle time {value!r} is not a number of seconds") from None
+
+
 def read_lvb_subtitles(path: Path, offset: float, duration: float | None) -> list[Cue]:
     """LongVideoBench's subtitle JSON: a list of ``{"start": "HH:MM:SS.mmm", "end": …, "line": …}`` or
     ``{"timestamp": [s, e], "text": …}`` (``e`` null: until the end of the video). Times are shifted by
@@ -83,16 +92,22 @@ def read_lvb_subtitles(path: Path, offset: float, duration: float | None) -> lis
         if not isinstance(record, dict):
             raise BenchmarkError(f"{where}: a subtitle cue must be an object")
         if "timestamp" in record:
-            start, end = record["timestamp"]
+            stamp = record["timestamp"]
+            if not isinstance(stamp, list | tuple) or len(stamp) != 2:
+                raise BenchmarkError(f"{where}: timestamp {stamp!r} is not [start, end]")
+            start, end = _seconds(stamp[0], where), stamp[1]
             if end is None:
                 if duration is None:
                     raise BenchmarkError(f"{where}: an open-ended cue needs the item's duration")
                 end = duration
+            end = _seconds(end, where)
             text = record.get("text", "")
-        else:
+        elif "start" in record and "end" in record:
             start, end = _clock(record["start"], where), _clock(record["end"], where)
             text = record.get("line", "")
-        cues.append((float(start) - offset, float(end) - offset, str(text).strip()))
+        else:
+            raise BenchmarkError(f"{where}: a subtitle cue needs 'timestamp' or 'start' and 'end'")
+        cues.append((start - offset, end - offset, str(text).strip()))
     return cues
 
 

@@ -91,3 +91,24 @@ def test_subtitles_follow_the_official_selection_rule(tmp_path):
         f"What is on the table?\nA. a cup\nB. a book\nC. a phone\nD. a key\n{answer}"
     )
     assert plain.prompt_version(first) != with_subs.prompt_version(first)
+
+
+@pytest.mark.parametrize(
+    "cue",
+    [
+        {"timestamp": [None, 3]},
+        {"timestamp": None},
+        {"timestamp": [1]},
+        {"timestamp": ["a", 2]},
+        {"text": "x"},
+    ],
+)
+def test_a_malformed_cue_is_a_benchmark_error(tmp_path, cue):
+    """A broken cue fails its sample with the file and cue named (before: a TypeError that stopped the
+    run, or a KeyError)."""
+    from services.eval.benchmarks import BenchmarkError
+    from services.eval.benchmarks.subtitles import read_lvb_subtitles
+
+    path = write_json(tmp_path / "bad_en.json", [{"timestamp": [0, 1], "text": "ok"}, cue])
+    with pytest.raises(BenchmarkError, match=r"bad_en\.json#1: "):
+        read_lvb_subtitles(path, 0.0, 10.0)
