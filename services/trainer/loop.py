@@ -611,6 +611,9 @@ class Trainer:
                 "rng": ckpt.rng_state(),
                 "kl_coef": self.kl_controller.coef,
                 "run": self._run_identity(),
+                # Not part of the identity (another run may resume from it on purpose): tells a job's
+                # retry whether the folder's newest checkpoint is its own.
+                "job_id": self.job_id,
             },
         )
         ckpt.prune(self.output_dir, self.config.trainer.max_keep, step)

@@ -29,15 +29,21 @@ TRAIN_TASK = "reelrl.train.run"
 _TRAIN_LIMIT_S = 30 * 24 * 3600
 
 
-def _continue_own_run(config: TrainConfig, attempt: int) -> None:
+def _continue_own_run(config: TrainConfig, job_id: str, attempt: int) -> None:
     """A retry (attempt 2, 3, …) continues the run its earlier attempts checkpointed, whatever
     ``trainer.resume`` says: ``none`` would refuse the folder holding those checkpoints, and a PATH
-    would start again from there. Without a checkpoint of its own the setting stands."""
-    from services.trainer.checkpoints import complete_checkpoints
+    would start again from there. Only when the folder's newest checkpoint is this job's (its
+    ``state.json`` names the job): another run's checkpoint there leaves the setting standing."""
+    from services.trainer.checkpoints import complete_checkpoints, read_state
 
     if attempt > 1 and config.trainer.resume != "auto":
         saved = complete_checkpoints(Path(config.trainer.output_dir))
-        if saved:
+        if saved and read_state(saved[-1][1]).get("job_id") != job_id:
+            log.warning(
+                "attempt %d: the newest checkpoint in %s (step %d) is not this job's; trainer.resume=%s "
+                "stands", attempt, config.trainer.output_dir, saved[-1][0], config.trainer.resume,
+            )  # fmt: skip
+        elif saved:
             log.warning(
                 "attempt %d: resuming from this job's checkpoint of step %d (trainer.resume=%s was for "
                 "the first attempt)", attempt, saved[-1][0], config.trainer.resume,
@@ -80,7 +86,7 @@ def run_train_job(job_id: str, *, on_step: Sequence[Callable[[int, dict], None]]
 
     with run_job(job_id) as ctx:
         config = parse_config(ctx.config)
-        _continue_own_run(config, ctx.attempt)
+        _continue_own_run(config, job_id, ctx.attempt)
         total = config.trainer.total_steps
         rewind = _Rewind(ctx)
 
