@@ -129,8 +129,13 @@ def metrics_steps(job_id: str, after: int = 0) -> tuple[list[dict[str, Any]], in
 
 
 def results(job_id: str) -> list[dict[str, Any]]:
+    """The latest summary of each benchmark, in the order the benchmarks first reported: a retried
+    eval reports again the benchmarks its earlier attempt finished."""
     get_job(job_id)
-    return [e.data for e in job_events(job_id, types=[RESULT_EVENT])]
+    latest: dict[Any, dict[str, Any]] = {}
+    for event in job_events(job_id, types=[RESULT_EVENT]):
+        latest[event.data.get("benchmark", ("event", event.seq))] = event.data
+    return list(latest.values())
 
 
 def cache_stats() -> CacheStatsOut:

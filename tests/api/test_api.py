@@ -191,6 +191,23 @@ def test_list_filters_and_pages(client):
         assert client.get("/v1/jobs", params=bad).status_code == 422
 
 
+def test_a_retried_eval_reads_the_latest_result_of_each_benchmark(client):
+    job_id = create_job("eval", {}, max_retries=1)
+    with run_job(job_id, worker="first:1:1") as first:
+        first.event("result", {"benchmark": "mvbench", "overall": 0.25})
+        reap_stale_jobs(now=utcnow() + timedelta(seconds=60))
+    # The retry scores mvbench again (its summary covers the resumed samples too), then the rest.
+    with run_job(job_id, worker="second:1:1") as second:
+        second.event("result", {"benchmark": "mvbench", "overall": 0.75})
+        second.event("result", {"benchmark": "videomme", "overall": 0.5})
+    assert client.get(f"/v1/jobs/{job_id}/results").json()["results"] == [
+        {"benchmark": "mvbench", "overall": 0.75},
+        {"benchmark": "videomme", "overall": 0.5},
+    ]
+    table = client.get(f"/jobs/{job_id}/results.html").text
+    assert table.count(">mvbench<") == 1 and "0.25" not in table and "25.0" not in table
+
+
 def test_metrics_results_and_event_stream(client):
     job_id = create_job("train", {})
     with run_job(job_id) as ctx:
