@@ -144,7 +144,8 @@ def job_metrics(
 
 @router.get("/v1/jobs/{job_id}/results", response_model=ResultList, responses={**_ERRORS, **_NOT_FOUND})
 def job_results(job_id: str) -> ResultList:
-    """Evaluation summaries (overall and breakdowns per benchmark), from the job's result events: the latest per benchmark (a retried eval reports a benchmark again)."""
+    """Evaluation summaries (overall and breakdowns per benchmark), from the job's result events: the
+    latest per benchmark (a retried eval reports a benchmark again)."""
     return ResultList(job_id=job_id, results=results(checked_job_id(job_id)))
 
 
