@@ -23,6 +23,7 @@ knows (VP9, AV1 that decord cannot), so it is the fallback.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ Opener = Callable[[Path, int], OpenVideo]
 # PyAV seeks to the keyframe before the first wanted frame when that frame lies this far (seconds)
 # into the file, as a clip window late in a long video does; nearer ones are decoded from the start.
 SEEK_AFTER_S = 10.0
+log = logging.getLogger(__name__)
 DECODERS: dict[str, Opener] = {}
 
 
@@ -231,7 +233,14 @@ class _PyAVVideo:
             wanted.setdefault(idx, []).append(pos)
         out: list[np.ndarray | None] = [None] * len(indices)
         first, last = min(indices), max(indices)
-        self._container.seek(self._pts[first], stream=self._stream, backward=True, any_frame=False)
+        import av
+
+        try:
+            self._container.seek(self._pts[first], stream=self._stream, backward=True, any_frame=False)
+        except av.FFmpegError as exc:
+            # A container that cannot seek (broken index, odd muxer) still decodes from the start.
+            log.info("%s: seek to frame %d failed (%s); decoding from the start", self._path, first, exc)
+            return None
         self._frames = self._decode()
         landed = False
         for frame in self._frames:

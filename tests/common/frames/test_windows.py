@@ -165,3 +165,38 @@ def test_windowed_frames_equal_qwen_vl_utils_video_start_end(video_dir):
         # frames ceil(17.5)=18 .. floor(57.5)=57: 40 frames / 25 fps · 2 fps = 3.2 → 4
         assert meta["window"]["first_frame"] == 18 and meta["total_num_frames"] == 40
         assert ref_meta["total_num_frames"] == 40
+
+
+def test_pyav_falls_back_to_decoding_from_the_start_when_the_seek_fails(colour_clip, monkeypatch):
+    """A container whose seek raises (an FFmpegError, not a ValueError) still gives the clip, decoded
+    from the first frame (before: the error escaped the decoder)."""
+    import av
+
+    import services.common.frames.decoders as decoders
+
+    class NoSeek:
+        """The real container, except that seeking anywhere but the start fails."""
+
+        def __init__(self, container):
+            self._container = container
+
+        def __getattr__(self, name):
+            return getattr(self._container, name)
+
+        def seek(self, offset, **kwargs):
+            if offset:
+                raise av.FFmpegError(22, "Invalid argument")
+            return self._container.seek(offset, **kwargs)
+
+    params = windowed(1.0, 2.5)
+    expected, meta = decode_clip(colour_clip, params, decoders=["decord"])
+    real_open_stream = decoders._PyAVVideo._open_stream
+
+    def open_stream(self, threads):
+        self._container = NoSeek(self._container)
+        return real_open_stream(self, threads)
+
+    monkeypatch.setattr(decoders._PyAVVideo, "_open_stream", open_stream)
+    monkeypatch.setattr(decoders, "SEEK_AFTER_S", 0.5)  # frame 10 at 1.0 s: PyAV tries to seek
+    frames, fallback_meta = decode_clip(colour_clip, params, decoders=["pyav"])
+    assert torch.equal(frames, expected) and fallback_meta["frames_indices"] == meta["frames_indices"]
