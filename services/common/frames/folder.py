@@ -9,6 +9,9 @@ Frame order is the number in each file name (the last run of digits of the stem,
 comes before ``frame_10.jpg``); frame ``i`` of the clip is the ``i``-th image in that order, at
 ``i / folder_fps`` seconds (gaps in the numbering do not add time). Files that are not images
 (``.jpg``, ``.jpeg``, ``.png``, ``.bmp``, ``.webp``) and hidden files are not frames.
+
+With data roots configured (``REELRL_DATA_ROOTS``), every frame must resolve inside them: a folder
+inside the roots whose frames are symlinks to files elsewhere is refused, as such a file would be.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from services.common.frames.decoders import DecodeError, StreamInfo
 from services.common.frames.timing import SourceTiming
+from services.common.settings import get_settings
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp"})
 _NUMBER = re.compile(r"(\d+)\D*$")
@@ -29,11 +33,21 @@ _CHUNK = 1 << 20
 
 def frame_files(folder: Path) -> list[Path]:
     """The frame images of ``folder`` in frame order; DecodeError if a name carries no number, two
-    names carry the same one, or there are no images."""
+    names carry the same one, there are no images, or (data roots configured) a frame resolves
+    outside the data roots."""
+    roots = [root.resolve() for root in get_settings().data_roots]
     numbered: dict[int, Path] = {}
     for path in folder.iterdir():
         if path.name.startswith(".") or path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
             continue
+        if roots:
+            # the folder was checked against the roots; a symlinked frame could still read any file
+            target = path.resolve()
+            if not any(target.is_relative_to(root) for root in roots):
+                raise DecodeError(
+                    f"{folder}: frame file {path.name!r} resolves to {target}, outside the data roots "
+                    f"{[str(r) for r in roots]}"
+                )
         match = _NUMBER.search(path.stem)
         if match is None:
             raise DecodeError(f"{folder}: frame file {path.name!r} has no frame number in its name")

@@ -105,3 +105,33 @@ def test_store_get_reads_a_folder_like_a_file(tmp_path, episode):
     decoded, _ = store.get(episode, params, "realtime_only")
     cached, meta = store.get(episode, params, "prefer_cached")
     assert torch.equal(decoded, cached) and meta["frames_indices"] == [0, 4, 7, 11]
+
+
+def test_frames_outside_the_data_roots_are_refused(tmp_path, monkeypatch):
+    """With data roots configured, a folder inside them whose frames are symlinks to files outside is
+    refused (before: read, so a job could read any image on the server); symlinks that stay inside
+    the roots and folders without roots configured are read as before."""
+    from services.common.settings import reset_settings_cache
+
+    outside = write_frames(tmp_path / "outside", [RED, BLUE])
+    root = tmp_path / "root"
+    inside = write_frames(root / "real", [RED, BLUE])
+    for name, target in (("escaping", outside), ("linked", inside)):
+        (root / name).mkdir()
+        for frame in sorted(target.iterdir()):
+            (root / name / frame.name).symlink_to(frame)
+    monkeypatch.setenv("REELRL_DATA_ROOTS", str(root))
+    reset_settings_cache()
+    try:
+        with pytest.raises(
+            DecodeError, match=r"frame file '0000[12]\.jpg' resolves to .*outside the data roots"
+        ):
+            frame_files(root / "escaping")
+        with pytest.raises(DecodeError, match="outside the data roots"):
+            content_hash(root / "escaping")
+        assert [p.name for p in frame_files(root / "linked")] == ["00001.jpg", "00002.jpg"]
+        monkeypatch.delenv("REELRL_DATA_ROOTS")
+        reset_settings_cache()
+        assert len(frame_files(root / "escaping")) == 2
+    finally:
+        reset_settings_cache()
