@@ -23,7 +23,7 @@ from services.eval.manifest import run_manifest
 from services.eval.outputs import write_json_atomic, write_jsonl_atomic, write_summaries
 from services.eval.pipeline import Pipeline, Task
 from services.eval.scoring import missing
-from services.eval.store import as_item, finish_run, finished_ids, open_run, stored_results
+from services.eval.store import as_item, current_ids, finish_run, open_run, stored_results
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ class RunReport:
     summaries: dict[str, Summary] = field(default_factory=dict)
     resumed: bool = False
     skipped: int = 0  # samples already finished by an earlier attempt
+    redone: int = 0  # finished by an earlier attempt with another prompt version, so run again
     written: int = 0
     stopped: bool = False
     timings: dict[str, float] = field(default_factory=dict)
@@ -55,6 +56,16 @@ class Hooks:
     on_result: Callable[[str, ItemResult, int, int], None] | None = None  # benchmark, item, done, total
     on_summary: Callable[[Summary, dict[str, Any]], None] | None = None
     stop: Callable[[], bool] | None = None
+
+
+def prompt_version(adapter: Benchmark, sample: Sample, thinking: bool) -> str:
+    """The sample's current prompt template version; "" when the adapter fails on it (its stored result,
+    if any, is then redone, and preparing it records the adapter's error)."""
+    try:
+        return adapter.prompt_version(sample, thinking)
+    except Exception:
+        log.exception("%s: no prompt version", sample.id)
+        return ""
 
 
 def checkpoint_family(model: Path) -> str:
@@ -131,7 +142,16 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
 
     tasks: list[Task] = []
     for name, plan in plans.items():
-        done = finished_ids(run_id, name)
+        versions = {
+            p.sample.id: prompt_version(plan.adapter, p.sample, config.thinking) for p in plan.planned
+        }
+        done, stale = current_ids(run_id, name, versions)
+        if stale:
+            log.warning(
+                "%s: %d stored results were made with another prompt template version; redoing them",
+                name, stale,
+            )  # fmt: skip
+        report.redone += stale
         todo = [p for p in plan.planned if p.sample.id not in done]
         report.skipped += len(plan.planned) - len(todo)
         preprocess_missing(
@@ -257,6 +277,8 @@ def run_command(
     for summary in report.summaries.values():
         typer.echo(f"{summary.benchmark}: {summary.overall:.2f} ({summary.metric}; {summary.count} samples)")
     typer.echo(
-        f"run {report.run_id}: {report.written} new results, {report.skipped} resumed; {report.output_dir}"
+        f"run {report.run_id}: {report.written} new results, {report.skipped} resumed"
+        + (f", {report.redone} redone (prompt changed)" if report.redone else "")
+        + f"; {report.output_dir}"
     )
     return 0

@@ -4,11 +4,11 @@ samples and makes a duplicate write impossible (the second insert is a no-op).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from services.common.db import session_scope
@@ -70,6 +70,30 @@ def finished_ids(run_id: str, benchmark: str) -> set[str]:
             select(EvalResult.sample_id).where(EvalResult.run_id == run_id, EvalResult.benchmark == benchmark)
         )
         return set(rows)
+
+
+def current_ids(run_id: str, benchmark: str, versions: Mapping[str, str]) -> tuple[set[str], int]:
+    """The samples of ``versions`` (sample id → current prompt template version) whose stored result
+    was made with that version, and how many stale results (another version) were deleted so they
+    are redone. A resume on changed prompt code would otherwise mix rows of two prompt versions in
+    one summary. Results of samples outside ``versions`` are left alone."""
+    with session_scope() as session:
+        rows = session.execute(
+            select(EvalResult.id, EvalResult.sample_id, EvalResult.manifest).where(
+                EvalResult.run_id == run_id, EvalResult.benchmark == benchmark
+            )
+        )
+        current, stale = set(), []
+        for row_id, sample_id, manifest in rows:
+            if sample_id not in versions:
+                continue
+            if (manifest or {}).get("prompt_template_version") == versions[sample_id]:
+                current.add(sample_id)
+            else:
+                stale.append(row_id)
+        if stale:
+            session.execute(delete(EvalResult).where(EvalResult.id.in_(stale)))
+        return current, len(stale)
 
 
 def save_result(run_id: str, record: ResultRecord) -> bool:

@@ -10,6 +10,7 @@ from services.eval.store import (
     ResultRecord,
     RunMismatch,
     as_item,
+    current_ids,
     finish_run,
     finished_ids,
     open_run,
@@ -72,3 +73,19 @@ def test_orm_matches_the_migration(eval_db):
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     ours = [d for d in diff if "eval_" in str(d)]
     assert ours == []
+
+
+def test_a_resume_redoes_results_of_another_prompt_version(eval_db):
+    """Resuming on code whose prompt changed: a stored result made with another prompt template
+    version is deleted so the sample is redone (before: skipped by id, mixing two prompt versions);
+    a result of the current version is kept, one of a sample not in this attempt is left alone."""
+    opened("r3", {})
+    for sample_id, version in (("t/0", "old"), ("t/1", "new"), ("t/2", "old")):
+        item = ItemResult(id=sample_id, accuracy=1.0, response="B")
+        save_result("r3", ResultRecord("mvbench", item, manifest={"prompt_template_version": version}))
+    assert current_ids("r3", "mvbench", {"t/0": "new", "t/1": "new", "t/3": "new"}) == ({"t/1"}, 1)
+    assert finished_ids("r3", "mvbench") == {"t/1", "t/2"}
+    # the redone sample is written anew, and then counts as current
+    item = ItemResult(id="t/0", accuracy=0.0, response="C")
+    assert save_result("r3", ResultRecord("mvbench", item, manifest={"prompt_template_version": "new"}))
+    assert current_ids("r3", "mvbench", {"t/0": "new", "t/1": "new"}) == ({"t/0", "t/1"}, 0)
