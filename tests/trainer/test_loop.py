@@ -137,6 +137,8 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
     metrics = [e.data for e in job_events(job_id) if e.type == "metrics"]
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert job.result["steps"] == 2 and Path(job.result["checkpoint"]).is_dir()
+    # the checkpoint names its job: a retry of this job may resume from it, another job's retry not
+    assert json.loads((Path(job.result["checkpoint"]) / "state.json").read_text())["job_id"] == job_id
     # Train/infer consistency in the loop itself: the actor scores the sampled tokens as vLLM did.
     for m in metrics[1:]:
         assert m["actor/rollout_logprob_diff_max"] < 1e-4, m
