@@ -15,10 +15,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from services.common.data_roots import inside_roots
 from services.common.families import FamilyName
 from services.common.frames import DecodeError, FrameStore, VideoParams, clip_key
 from services.common.frames.hashing import content_hash
 from services.common.samples import Sample
+from services.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 _LINE = re.compile(r"^line (\d+): ")
@@ -54,8 +56,12 @@ class PlannedSample:
 class ClipPlanner:
     """Hashes each video file once per run (many questions share a video)."""
 
-    def __init__(self, store: FrameStore) -> None:
+    def __init__(self, store: FrameStore, roots: Sequence[Path] | None = None) -> None:
         self.store = store
+        # video names come from annotation files: with data roots configured, each must stay inside
+        # them (a "../" or absolute name would read any file on the server)
+        given = get_settings().data_roots if roots is None else roots
+        self.roots = [Path(root).resolve() for root in given]
         self._hashes: dict[tuple[Path, int, int], str] = {}
 
     def _hash(self, path: Path) -> str:
@@ -80,6 +86,12 @@ class ClipPlanner:
                 continue
             for raw in sample.videos:
                 path = (video_root / raw).resolve()
+                if self.roots:
+                    try:
+                        path = inside_roots(path, self.roots)
+                    except ValueError as exc:
+                        item.error = f"video {exc}"
+                        break
                 if not (path.is_file() or path.is_dir()):  # a directory is a frame folder
                     item.error = f"video file not found: {path}"
                     break

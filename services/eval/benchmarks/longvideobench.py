@@ -19,8 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.common.data_roots import inside_roots
 from services.common.samples import Sample
+from services.common.settings import get_settings
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
+from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.files import read_rows, require
 from services.eval.benchmarks.options import letter_of_index, lettered
 from services.eval.benchmarks.registry import register
@@ -110,6 +113,13 @@ class LongVideoBench(Benchmark):
         if not name:
             return []
         path = (self.root or Path(".")) / "subtitles" / name
+        roots = get_settings().data_roots
+        if roots:
+            # the name comes from the annotation file: with data roots configured it must stay inside
+            try:
+                path = inside_roots(path.resolve(), [r.resolve() for r in roots])
+            except ValueError as exc:
+                raise BenchmarkError(f"longvideobench: subtitle_path of {sample.id}: {exc}") from None
         if not path.is_file():
             raise FileNotFoundError(
                 f"longvideobench: subtitle file {path} (subtitle_path of {sample.id}) not found"

@@ -112,3 +112,24 @@ def test_a_malformed_cue_is_a_benchmark_error(tmp_path, cue):
     path = write_json(tmp_path / "bad_en.json", [{"timestamp": [0, 1], "text": "ok"}, cue])
     with pytest.raises(BenchmarkError, match=r"bad_en\.json#1: "):
         read_lvb_subtitles(path, 0.0, 10.0)
+
+
+def test_a_subtitle_path_outside_the_data_roots_fails_its_sample(tmp_path, reelrl_home, monkeypatch):
+    """With data roots configured, a subtitle_path that climbs out of them is a BenchmarkError (the
+    sample's error) instead of a read of that file."""
+    from services.common.settings import reset_settings_cache
+    from services.eval.benchmarks import BenchmarkError, get_benchmark
+
+    root = tmp_path / "root" / "lvb"
+    write_json(tmp_path / "secret.json", SPAN_CUES)
+    write_json(root / "lvb_val.json", [{**SUBTITLED[1], "subtitle_path": "../../../secret.json"}])
+    (root / "subtitles").mkdir()
+    monkeypatch.setenv("REELRL_DATA_ROOTS", str(tmp_path / "root"))
+    reset_settings_cache()
+    adapter = get_benchmark("longvideobench", root, subtitles=True)
+    (sample,) = adapter.load(adapter.find_annotations(root))
+    with pytest.raises(BenchmarkError, match=r"subtitle_path of .*outside the data roots"):
+        adapter.prompt(sample, "qwen2_5_vl", clip_meta=FRAMES)
+    monkeypatch.delenv("REELRL_DATA_ROOTS")
+    reset_settings_cache()
+    assert adapter.prompt(sample, "qwen2_5_vl", clip_meta=FRAMES).startswith("to the end\n")
