@@ -33,6 +33,22 @@ from services.eval.benchmarks.registry import register
 from services.eval.benchmarks.results import ItemResult, Summary
 
 THRESHOLDS = {"temporal grounding": 0.7, "spatial grounding": 0.5}
+# Both official judge prompts define the step types alike.
+_STEP_TYPES = """1. Logical Inference Steps
+   - Contains exactly one logical deduction
+   - Must produce a new derived conclusion
+   - Cannot be just a summary or observation
+
+2. Video Description Steps
+   - Pure visual observations
+   - Only includes directly visible elements
+   - No inferences or assumptions
+   - Contains event time
+
+3. Background Review Steps:
+   - Repetition or review of the problem
+   - Not directly related to solving the problem.
+"""
 _RECALL = """You are an expert system for verifying solutions to video-based problems. Your task is to match the ground truth middle steps with the provided solution.
 
 INPUT FORMAT:
@@ -50,21 +66,7 @@ Match Criteria:
 - You should judge all the middle steps for whethere there is a match in the solution
 
 Step Types:
-1. Logical Inference Steps
-   - Contains exactly one logical deduction
-   - Must produce a new derived conclusion
-   - Cannot be just a summary or observation
-
-2. Video Description Steps
-   - Pure visual observations
-   - Only includes directly visible elements
-   - No inferences or assumptions
-   - Contains event time
-
-3. Background Review Steps:
-   - Repetition or review of the problem
-   - Not directly related to solving the problem.
-
+{step_types}
 OUTPUT FORMAT:
 JSON array of judgments:
 [
@@ -93,6 +95,7 @@ Here is the problem, answer, solution, and the ground truth middle steps:
 [Ground Truth Information]
 {steps}
 """
+_RECALL = _RECALL.replace("{step_types}", _STEP_TYPES)
 _PRECISION = """
 # Task Overview
 Given a solution with multiple reasoning steps for an video-based problem, reformat it into well-structured steps and evaluate their correctness.
@@ -104,21 +107,7 @@ Convert the unstructured solution into distinct reasoning steps while:
 - Not omitting any steps
 
 ## Step Types
-1. Logical Inference Steps
-   - Contains exactly one logical deduction
-   - Must produce a new derived conclusion
-   - Cannot be just a summary or observation
-
-2. Video Description Steps
-   - Pure visual observations
-   - Only includes directly visible elements
-   - No inferences or assumptions
-   - Contains event time
-
-3. Background Review Steps:
-   - Repetition or review of the problem
-   - Not directly related to solving the problem.
-
+{step_types}
 ## Step Requirements
 - Each step must be atomic (one conclusion per step)
 - No content duplication across steps
@@ -179,6 +168,7 @@ Here is the problem, and the solution that needs to be reformatted to steps:
 [Ground Truth Information]
 {steps}
 """
+_PRECISION = _PRECISION.replace("{step_types}", _STEP_TYPES)
 # the steps that count in the official recall and precision (background review steps do not)
 _COUNTED = ("Video Description Steps", "Logical Inference Steps")
 _JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.S)
