@@ -128,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work" / "learning")
     parser.add_argument("--steps", type=int, default=400, help="budget of the mix and no-mix runs")
-    parser.add_argument("--rl-steps", type=int, default=200)
+    parser.add_argument("--rl-steps", type=int, default=400)
     parser.add_argument("--cache-steps", type=int, default=8)
     parser.add_argument("--only", default="mix,nomix,rl,cache")
     args = parser.parse_args()
