@@ -664,19 +664,12 @@ class Trainer:
         lock = getattr(self, "_lock", None)
         if lock is not None:
             lock.close()
-        try:
-            engine = getattr(self, "engine", None)
-            if engine is not None:
-                engine.shutdown()
-        finally:
-            try:
-                group = getattr(self, "group", None)
-                if group is not None:
-                    group.shutdown()
-            finally:
-                client = getattr(self, "reward_client", None)
-                if client is not None:
-                    client.close()
+        # An ExitStack runs every callback even when one raises, last pushed first.
+        with contextlib.ExitStack() as stack:
+            for name, stop in (("reward_client", "close"), ("group", "shutdown"), ("engine", "shutdown")):
+                part = getattr(self, name, None)
+                if part is not None:
+                    stack.callback(getattr(part, stop))
 
 
 def _mean(values: Sequence[float]) -> float:
