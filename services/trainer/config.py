@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from services.common.frames.params import VideoParams
+from services.common.trackers import MlflowConfig, WandbConfig
 from services.reward.config import RewardConfig
 from services.rollout.config import RolloutConfig
 from services.trainer.algorithms.config import AlgorithmConfig, validate_algorithm
@@ -142,9 +143,11 @@ class TrainerConfig(_Section):
     save_freq: int = Field(0, ge=0, description="checkpoint every N steps (0: only at the end)")
     max_keep: int = Field(2, ge=1, description="checkpoints kept (oldest removed)")
     resume: str = Field("auto", description="auto | none | PATH of a checkpoint folder")
-    loggers: list[Literal["console", "jsonl", "db", "tensorboard"]] = Field(
+    loggers: list[Literal["console", "jsonl", "db", "tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=lambda: ["console", "jsonl", "db"]
     )
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="with loggers: wandb")
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig, description="with loggers: mlflow")
     torch_threads: int | None = Field(None, gt=0, description="intra-op threads of each actor process")
     ray_address: str | None = Field(None, description="null: RAY_ADDRESS or a local Ray")
     use_ray: bool = Field(False, description="run the actor ranks as Ray actors (placement group, FSDP)")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from services.common.frames import FrameStore
+from services.common.trackers import require as require_trackers
 from services.reward import RewardResult, make_reward_client
 from services.reward.client import RewardServiceError
 from services.rollout.samples import RolloutGroup, continued_response
@@ -203,6 +204,7 @@ class Trainer:
         if cfg.trainer.torch_threads:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed)
+        require_trackers(cfg.trainer.loggers)  # before minutes of setup, not after
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._lock = ckpt.lock_output_dir(self.output_dir)
         self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
@@ -221,6 +223,10 @@ class Trainer:
             loggers=cfg.trainer.loggers,
             job_id=self.job_id,
             hooks=[*self.hooks.on_step, *([prometheus.observe_step] if prometheus else [])],
+            wandb=cfg.trainer.wandb,
+            mlflow=cfg.trainer.mlflow,
+            # the tracker runs the checkpoint continues (None: a fresh start)
+            resume=ckpt.read_state(self.resume_from).get("trackers", {}) if self.resume_from else None,
         )
         self.start_step = 0
         if self.resume_from is not None:
@@ -614,9 +620,12 @@ class Trainer:
                 # Not part of the identity (another run may resume from it on purpose): tells a job's
                 # retry whether the folder's newest checkpoint is its own.
                 "job_id": self.job_id,
+                # the wandb / MLflow runs a resume continues
+                "trackers": self.logger.tracker_state(),
             },
         )
         ckpt.prune(self.output_dir, self.config.trainer.max_keep, step)
+        self.logger.log_checkpoint(step, folder)
         return folder
 
     def _run_identity(self) -> dict[str, Any]:

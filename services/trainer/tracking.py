@@ -1,6 +1,7 @@
 """Where step metrics go: ``OUTPUT_DIR/metrics.jsonl``, the ``train_runs`` / ``train_step_metrics`` tables
-the status page reads, optionally TensorBoard, and any hook a job runner attaches. A step is written
-once: resuming from a checkpoint first removes what later steps had written."""
+the status page reads, optionally TensorBoard, wandb and MLflow, and any hook a job runner attaches. A
+step is written once: resuming from a checkpoint first removes what later steps had written (the
+append-only trackers instead skip the steps they already hold, ``services.common.trackers``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import delete, select
 
 from services.common.db.engine import session_scope
 from services.common.db.models import TrainRun, TrainStepMetrics, utcnow
+from services.common.trackers import MlflowConfig, Trackers, WandbConfig
 
 METRICS_FILE = "metrics.jsonl"
 # Which samples each step trained on: what a resumed run is checked against, and where to look first
@@ -68,7 +70,11 @@ class MetricsLogger:
         loggers: Iterable[str],
         job_id: str | None = None,
         hooks: Iterable[StepHook] = (),
+        wandb: WandbConfig | None = None,
+        mlflow: MlflowConfig | None = None,
+        resume: dict[str, Any] | None = None,
     ) -> None:
+        """``resume``: the tracker state of the checkpoint being resumed (None: a fresh start)."""
         self.output_dir = Path(output_dir)
         self.path = self.output_dir / METRICS_FILE
         self.batches_path = self.output_dir / BATCHES_FILE
@@ -98,6 +104,10 @@ class MetricsLogger:
                     "(pip install tensorboard)"
                 ) from exc
             self._tb = SummaryWriter(str(self.output_dir / "tensorboard"))
+        self.trackers = Trackers(
+            self.loggers, output_dir=self.output_dir, name=name, config=config, wandb=wandb, mlflow=mlflow,
+            resume=resume, job_id=job_id,
+        )  # fmt: skip
 
     def truncate_after(self, step: int) -> None:
         """Forget every step after ``step`` (resuming from that step's checkpoint recomputes them)."""
@@ -141,6 +151,7 @@ class MetricsLogger:
             for k, v in row.items():
                 if k != "step" and isinstance(v, int | float):
                     self._tb.add_scalar(k, v, step)
+        self.trackers.log(step, row)
         for hook in self.hooks:
             hook(step, row)
 
@@ -152,3 +163,12 @@ class MetricsLogger:
                     run.status, run.error, run.updated_at = status, error, utcnow()
         if self._tb is not None:
             self._tb.close()
+        self.trackers.finish(status)
+
+    def log_checkpoint(self, step: int, folder: Path) -> None:
+        """Trackers learn where a checkpoint is (by reference: the weights are not copied)."""
+        self.trackers.log_checkpoint(step, folder)
+
+    def tracker_state(self) -> dict[str, Any]:
+        """The tracker runs a checkpoint continues when resumed."""
+        return self.trackers.state()
