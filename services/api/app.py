@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
@@ -18,9 +20,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from services.api import pages
 from services.api.auth import AuthFailed, AuthMiddleware
+from services.api.hosts import HostGuardMiddleware
+from services.api.json_body import BodyRejected
 from services.api.kinds import KindUnavailable
 from services.api.limits import BodyLimitMiddleware
 from services.api.metrics_prom import ApiMetrics, MetricsMiddleware
@@ -120,12 +126,29 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         # FastAPI's own handler, minus pydantic's context objects (not always JSON-serialisable).
         errors = [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]
-        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(errors))}, status_code=422)
+
+    @app.exception_handler(BodyRejected)
+    async def _bad_body(request: Request, exc: BodyRejected) -> Response:
+        return JSONResponse({"detail": exc.errors}, status_code=422)
+
+    @app.exception_handler(405)
+    async def _method_not_allowed(request: Request, exc: StarletteHTTPException) -> Response:
+        # Starlette names the methods of the first route on the path only; Allow lists them all.
+        allowed = sorted(
+            {m for route in app.router.routes if route.matches(request.scope)[0] == Match.PARTIAL
+             for m in getattr(route, "methods", None) or ()}
+        )  # fmt: skip
+        return JSONResponse(
+            {"detail": exc.detail},
+            status_code=405,
+            headers={"Allow": ", ".join(allowed)} if allowed else None,
+        )
 
     app.include_router(router)
     app.include_router(pages.router)
     pages.mount_static(app)
-    # Outermost first: size limit, then authentication, then metrics around the routes.
+    # Outermost first: Host and Origin, size limit, then authentication, then metrics around the routes.
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(
         AuthMiddleware,
@@ -134,4 +157,18 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
         metrics_public=settings.metrics_public,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        HostGuardMiddleware, host_names=settings.host_names(), configured=settings.configured_hosts
+    )
     return app
+
+
+def _json_safe(value: Any) -> Any:
+    """Validation errors echo the input: a non-finite float there is written as text, not a 500."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value

@@ -31,6 +31,8 @@ class KindSpec:
     queue: str
     # Re-queues of a job whose worker died, unless REELRL_API_MAX_RETRIES or the submit says otherwise.
     max_retries: int = 0
+    # A dotted config key no two live jobs of the kind may share (refused at submit, 409).
+    exclusive: str | None = None
 
     def load_model(self) -> type[BaseModel]:
         module_name, _, attr = self.config_model.partition(":")
@@ -60,7 +62,10 @@ KINDS: dict[JobKind, KindSpec] = {
     # Over the API a train config may only name files inside the data roots (TrainJobConfig).
     # Retried once: the retry resumes from the last checkpoint (trainer.resume=auto) and recomputes
     # only the steps after it, but a death that repeats (out of memory) would hold the GPUs each time.
-    JobKind.train: KindSpec("services.trainer.config:TrainJobConfig", "reelrl.train.run", "train", 1),
+    # One live job per trainer.output_dir: a second would fight over its checkpoints.
+    JobKind.train: KindSpec(
+        "services.trainer.config:TrainJobConfig", "reelrl.train.run", "train", 1, "trainer.output_dir"
+    ),
     # Over the API an eval config may only name files inside the data roots (EvalJobConfig).
     # Retried twice: the run id is the job id, so a retry skips every sample already scored.
     JobKind.eval: KindSpec("services.eval.config:EvalJobConfig", "reelrl.eval.run", "eval", 2),

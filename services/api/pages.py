@@ -10,20 +10,22 @@ import json
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs
+from typing import Annotated, Any
+from urllib.parse import parse_qs, urlencode
 
 import anyio
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from services.api.auth import COOKIE, AuthFailed, Principal, csrf_token, current_principal
 from services.api.charts import panels_json
 from services.api.eval_tables import eval_tables
 from services.api.kinds import JobKind
 from services.api.service import RESULT_EVENT, cache_stats, checked_job_id, results
+from services.api.text import visible
 from services.api.tokens import Scope, authenticate
 from services.common.db.models import JobState
 from services.common.jobs import METRICS_EVENT, JobInfo, get_job, list_jobs, recent_events
@@ -37,6 +39,20 @@ CSP = (
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 _RECENT_EVENTS = 30
+JOBS_PAGE = 100
+
+
+def _finalize(value: Any) -> Any:
+    # Every {{ … }} of every template goes through here (before escaping): text is shown with its bidi
+    # controls visible. Markup (JSON for the scripts) is left alone; the scripts do the same.
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
+def event_view(data: dict[str, Any]) -> tuple[str, str | None]:
+    """An event's data as the log shows it: JSON (unescaped text) and its traceback as lines apart."""
+    shown = {k: v for k, v in data.items() if k != "traceback"}
+    trace = data.get("traceback")
+    return json.dumps(shown, ensure_ascii=False), trace if isinstance(trace, str) else None
 
 
 def _bytes(n: int | None) -> str:
@@ -61,7 +77,8 @@ def _number(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
 
 
-templates.env.filters.update(bytes=_bytes, when=_when, number=_number)
+templates.env.filters.update(bytes=_bytes, when=_when, number=_number, event_view=event_view)
+templates.env.finalize = _finalize
 
 
 def mount_static(app: FastAPI) -> None:
@@ -86,19 +103,33 @@ def not_found_page(request: Request, message: str) -> HTMLResponse:
     return render(request, "not_found.html", {"message": message}, 404)
 
 
+def _page_link(kind: JobKind | None, state: JobState | None, limit: int, offset: int) -> str:
+    query = {"kind": kind.value if kind else None, "state": state.value if state else None,
+             "limit": limit if limit != JOBS_PAGE else None, "offset": offset or None}  # fmt: skip
+    return "/?" + urlencode({k: v for k, v in query.items() if v is not None})
+
+
 @router.get("/", response_class=HTMLResponse)
-def jobs_page(request: Request, kind: JobKind | None = None, state: JobState | None = None) -> HTMLResponse:
-    items, total = list_jobs(kind.value if kind else None, state, limit=200)
+def jobs_page(
+    request: Request,
+    kind: JobKind | None = None,
+    state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = JOBS_PAGE,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> HTMLResponse:
+    items, total = list_jobs(kind.value if kind else None, state, limit=limit, offset=offset)
     page = {
         "kind": kind.value if kind else None, "state": state.value if state else None,
-        "cancel": _list_cancel_data(request),
+        "cancel": _list_cancel_data(request), "total": total, "offset": offset, "limit": limit,
     }  # fmt: skip
     principal = current_principal(request)
+    newer = _page_link(kind, state, limit, max(0, offset - limit)) if offset > 0 else None
+    older = _page_link(kind, state, limit, offset + limit) if offset + limit < total else None
     return render(
         request,
         "jobs.html",
         {"jobs": items, "total": total, "kind": kind, "state": state, "kinds": list(JobKind),
-         "states": list(JobState), "page_data": page,
+         "states": list(JobState), "page_data": page, "offset": offset, "newer": newer, "older": older,
          "cancellable": {job.id for job in items if may_cancel(principal, job)}},
     )  # fmt: skip
 

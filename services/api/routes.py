@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sse_starlette import EventSourceResponse
 
 from services.api.auth import CurrentPrincipal
+from services.api.json_body import StrictJsonRoute
 from services.api.kinds import KINDS, JobKind, KindUnavailable
 from services.api.schemas import (
     CacheStatsOut,
@@ -30,7 +31,7 @@ from services.common.db import session_scope
 from services.common.db.models import JobState
 from services.common.jobs import JobInfo, get_job, list_jobs
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJsonRoute)
 
 _MAX_SEQ = 2**62
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -47,7 +48,11 @@ _SSE = {200: {"content": {"text/event-stream": {}}, "description": "server-sent 
     response_model=JobAccepted,
     responses={
         **_ERRORS,
-        409: {"model": Problem, "description": "idempotency key reused for a different job"},
+        409: {
+            "model": Problem,
+            "description": "idempotency key reused for a different job, or a live train job writes the "
+            "same trainer.output_dir",
+        },
         413: {"model": Problem, "description": "body too large"},
         503: {"model": Problem, "description": "the broker is unreachable"},
     },

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from services.api.kinds import JobKind
 from services.common.jobs import MAX_RETRIES_LIMIT, JobInfo
@@ -36,7 +36,7 @@ class JobCreate(BaseModel):
     idempotency_key: str | None = Field(
         None, pattern=IDEMPOTENCY_KEY_PATTERN, description="the same key always names the same job"
     )
-    max_retries: int | None = Field(
+    max_retries: StrictInt | None = Field(
         None,
         ge=0,
         le=MAX_RETRIES_LIMIT,

@@ -76,7 +76,9 @@ class JobService:
         validated = spec.validate(config)
         if max_retries is None:
             max_retries = self.settings.default_max_retries(kind)
-        job, created = create_or_get_job(kind.value, validated, idempotency_key, owner, max_retries)
+        job, created = create_or_get_job(
+            kind.value, validated, idempotency_key, owner, max_retries, exclusive=spec.exclusive
+        )
         if job.state == JobState.queued and job.enqueued_at is None:
             # Also for a replayed key whose first attempt died before enqueueing; a duplicate message
             # is harmless (the job is claimed once).

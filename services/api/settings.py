@@ -40,9 +40,23 @@ class ApiSettings(BaseSettings):
     # Prometheus scrapes /metrics without a token when true; otherwise it needs a token with the
     # `metrics` (or `read`) scope.
     metrics_public: bool = Field(False, description="serve /metrics without a token")
+    # Comma-separated host names (a leading "*." matches subdomains) the API answers to besides the
+    # loopback names and IP literals: the names clients and the proxy in front of it use.
+    allowed_hosts: str = Field("", description="extra Host names accepted (DNS rebinding guard)")
 
     def default_max_retries(self, kind: JobKind) -> int:
         return self.max_retries.get(kind, KINDS[kind].max_retries)
+
+    def host_names(self) -> list[str]:
+        """Every Host name the API answers to (see :mod:`services.api.hosts`)."""
+        names = ["localhost", "127.0.0.1", "::1"]
+        if self.host not in ("0.0.0.0", "::", ""):
+            names.append(self.host)
+        return names + self.configured_hosts
+
+    @property
+    def configured_hosts(self) -> list[str]:
+        return [n.strip().lower() for n in self.allowed_hosts.split(",") if n.strip()]
 
     @property
     def auth_required(self) -> bool:

@@ -226,11 +226,14 @@ def create_or_get_job(
     idempotency_key: str | None = None,
     owner: str | None = None,
     max_retries: int = 0,
+    exclusive: str | None = None,
 ) -> tuple[JobInfo, bool]:
     """A new queued job, or the job created earlier with the same idempotency key (``created`` False).
 
     Reusing a key for a different kind or config raises :class:`JobConflict`; the earlier job keeps
-    its own ``max_retries`` (the retry budget is how to run a job, not which job it is).
+    its own ``max_retries`` (the retry budget is how to run a job, not which job it is). With
+    ``exclusive`` (a dotted config key), a live job of the kind with the same value there also
+    raises :class:`JobConflict`: two training jobs writing one output folder would mix their runs.
     """
     if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
         raise ValueError(f"max_retries must be within 0..{MAX_RETRIES_LIMIT}, got {max_retries}")
@@ -239,6 +242,14 @@ def create_or_get_job(
         existing = _by_key(idempotency_key, kind, config)
         if existing is not None:
             return existing, False
+    if exclusive is not None:
+        value = _at(config, exclusive)
+        holder = next((j for j in live_jobs(kind) if _at(j.config, exclusive) == value), None)
+        if value is not None and holder is not None:
+            raise JobConflict(
+                f"{exclusive}={value} is in use by {holder.state.value} {kind} job {holder.id}; wait for it "
+                f"to end, cancel it, or choose another {exclusive}"
+            )
     job_id = uuid.uuid4().hex
     now = utcnow()
     try:
@@ -275,6 +286,24 @@ def create_job(
 ) -> str:
     """The id of a new queued job (or of the earlier job with this idempotency key)."""
     return create_or_get_job(kind, config, idempotency_key, owner, max_retries)[0].id
+
+
+def _at(config: dict[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def live_jobs(kind: str) -> list[JobInfo]:
+    """Queued and running jobs of ``kind``, oldest first."""
+    with session_scope() as session:
+        rows = session.scalars(
+            select(Job)
+            .where(Job.kind == kind, Job.state.in_([JobState.queued, JobState.running]))
+            .order_by(Job.created_at)
+        ).all()
+        return [_info(job) for job in rows]
 
 
 def _by_key(key: str, kind: str, config: dict[str, Any]) -> JobInfo | None:

@@ -8,6 +8,7 @@ Every default lives here or in the section it embeds (``RolloutConfig``, ``Algor
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,7 +82,15 @@ class ActorConfig(_Section):
     """``actor``: the trained model (and the frozen reference when KL is on)."""
 
     model_path: str = Field(min_length=1, description="local HF checkpoint folder")
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    # Precision (docs/training.md, "Precision"): the weights AdamW steps live in ``param_dtype``; the
+    # forwards run in ``compute_dtype`` (FSDP2 MixedPrecisionPolicy, autocast on one rank). A bf16
+    # master rounds most lr 1e-6 updates away, so it is refused unless asked for by name.
+    param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="master weights + optimizer")
+    compute_dtype: Literal["float32", "bfloat16"] = Field("float32", description="forwards (bf16 on GPU)")
+    allow_low_precision_master: bool = Field(False, description="let AdamW step non-fp32 weights")
+    dtype: Literal["float32", "bfloat16"] | None = Field(
+        None, description="deprecated: read as compute_dtype (the master stays in param_dtype)"
+    )
     world_size: int = Field(1, ge=1, description="FSDP ranks (gloo on CPU, NCCL on GPU)")
     gradient_checkpointing: bool = False
     freeze_vision: bool = False
@@ -90,6 +99,38 @@ class ActorConfig(_Section):
     ppo_epochs: int = Field(1, ge=1)
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus (exploration)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dtype_alias(cls, data: Any) -> Any:
+        """``actor.dtype`` (before the split) named the dtype the model was loaded AND stepped in. It is
+        read as the compute dtype only: an old ``dtype: bfloat16`` recipe now trains an fp32 master
+        with bf16 forwards instead of silently stepping bf16 weights."""
+        if not isinstance(data, dict) or data.get("dtype") is None:
+            return data
+        data = dict(data)
+        alias = data.pop("dtype")
+        compute = data.get("compute_dtype")
+        if compute is not None and compute != alias:
+            raise ValueError(
+                f"actor.dtype={alias} (deprecated) contradicts actor.compute_dtype={compute}: drop actor.dtype"
+            )
+        data["compute_dtype"] = alias
+        logging.getLogger(__name__).warning(
+            "actor.dtype is deprecated: read as actor.compute_dtype=%s (master weights and optimizer in "
+            "actor.param_dtype=%s)", alias, data.get("param_dtype", "float32"),
+        )  # fmt: skip
+        return data
+
+    @model_validator(mode="after")
+    def _master_precision(self) -> ActorConfig:
+        if self.param_dtype != "float32" and not self.allow_low_precision_master:
+            raise ValueError(
+                f"actor.param_dtype={self.param_dtype}: AdamW would step {self.param_dtype} weights, where "
+                "most updates at lr ~1e-6 round to nothing; keep param_dtype=float32 (set compute_dtype="
+                "bfloat16 for bf16 forwards) or set actor.allow_low_precision_master=true"
+            )
+        return self
 
 
 class TrainRolloutConfig(RolloutConfig):
@@ -202,6 +243,7 @@ class TrainConfig(_Section):
                 f"{self.rollout.engine.max_model_len}: a kept prompt could not be answered in full; "
                 f"lower data.max_prompt_tokens to {room} or raise max_model_len"
             )
+        problems += fleet_problems(self)
         if self.data.batch_size % self.actor.world_size and self.actor.world_size > 1:
             problems.append(
                 f"data.batch_size={self.data.batch_size} must divide among actor.world_size="
@@ -228,6 +270,31 @@ class TrainConfig(_Section):
         return RolloutConfig.model_validate(values)
 
 
+def fleet_problems(config: TrainConfig) -> list[str]:
+    """What is statically wrong with the rollout fleet's settings (the hardware is checked at start,
+    ``services.trainer.placement``)."""
+    rollout, world = config.rollout, config.actor.world_size
+    tp = rollout.engine.tensor_parallel_size
+    if rollout.placement == "colocated":
+        if world % tp:
+            return [
+                f"rollout.placement=colocated puts one engine on every rollout.engine.tensor_parallel_size="
+                f"{tp} actor ranks: actor.world_size={world} must be a multiple of it"
+            ]
+        if rollout.engines is not None and rollout.engines != world // tp:
+            return [
+                f"rollout.engines={rollout.engines} contradicts rollout.placement=colocated, where it follows "
+                f"from actor.world_size / tensor_parallel_size = {world} / {tp} = {world // tp}: drop "
+                "rollout.engines"
+            ]
+    if rollout.placement == "disaggregated" and not config.trainer.use_ray:
+        return [
+            "rollout.placement=disaggregated runs the engines as Ray actors: set trainer.use_ray=true "
+            "(or rollout.placement=driver for engines in this process)"
+        ]
+    return []
+
+
 class TrainJobConfig(TrainConfig):
     """A training config submitted as a job over the API. A job names files on the server, so every
     path it reads or writes must lie inside ``REELRL_DATA_ROOTS`` (none is accepted without roots);
@@ -250,6 +317,13 @@ class TrainJobConfig(TrainConfig):
         data.val_files = [inside(f, "data.val_files") for f in data.val_files]
         self.warmup.files = [inside(f, "warmup.files") for f in self.warmup.files]
         self.actor.model_path = inside(self.actor.model_path, "actor.model_path")
+        # A job's model is a folder on the server (a hub id resolves under a root, to nothing there):
+        # refused now rather than by the worker, with Hugging Face's "Repo id must be …".
+        if not (Path(self.actor.model_path) / "config.json").is_file():
+            raise ValueError(
+                f"actor.model_path={self.actor.model_path}: no model there (no config.json); a job names "
+                "a checkpoint folder inside the data roots (download hub models into one first)"
+            )
         self.trainer.output_dir = inside(self.trainer.output_dir, "trainer.output_dir")
         if self.trainer.resume not in ("auto", "none"):
             self.trainer.resume = inside(self.trainer.resume, "trainer.resume")

@@ -29,26 +29,49 @@ TRAIN_TASK = "reelrl.train.run"
 _TRAIN_LIMIT_S = 30 * 24 * 3600
 
 
+class ForeignCheckpoint(RuntimeError):
+    """``trainer.resume=auto`` would continue a checkpoint another job (or a run outside jobs) wrote."""
+
+
 def _continue_own_run(config: TrainConfig, job_id: str, attempt: int) -> None:
-    """A retry (attempt 2, 3, …) continues the run its earlier attempts checkpointed, whatever
+    """A job continues only its own checkpoints by itself.
+
+    A retry (attempt 2, 3, …) continues the run its earlier attempts checkpointed, whatever
     ``trainer.resume`` says: ``none`` would refuse the folder holding those checkpoints, and a PATH
     would start again from there. Only when the folder's newest checkpoint is this job's (its
-    ``state.json`` names the job): another run's checkpoint there leaves the setting standing."""
+    ``state.json`` names the job): another run's checkpoint there leaves the setting standing.
+
+    ``resume=auto`` never adopts another's newest checkpoint (a resubmitted duplicate would otherwise
+    "succeed" at once on the first job's last step): that raises :class:`ForeignCheckpoint`, and
+    continuing another run is asked for by naming its checkpoint folder in ``trainer.resume``.
+    """
     from services.trainer.checkpoints import complete_checkpoints, read_state
 
-    if attempt > 1 and config.trainer.resume != "auto":
-        saved = complete_checkpoints(Path(config.trainer.output_dir))
-        if saved and read_state(saved[-1][1]).get("job_id") != job_id:
-            log.warning(
-                "attempt %d: the newest checkpoint in %s (step %d) is not this job's; trainer.resume=%s "
-                "stands", attempt, config.trainer.output_dir, saved[-1][0], config.trainer.resume,
-            )  # fmt: skip
-        elif saved:
+    saved = complete_checkpoints(Path(config.trainer.output_dir))
+    if not saved:
+        return
+    step, folder = saved[-1]
+    owner = read_state(folder).get("job_id")
+    if owner == job_id:
+        if attempt > 1 and config.trainer.resume != "auto":
             log.warning(
                 "attempt %d: resuming from this job's checkpoint of step %d (trainer.resume=%s was for "
-                "the first attempt)", attempt, saved[-1][0], config.trainer.resume,
+                "the first attempt)", attempt, step, config.trainer.resume,
             )  # fmt: skip
             config.trainer.resume = "auto"
+        return
+    writer = f"job {owner}" if owner else "a run outside the jobs API"
+    if config.trainer.resume == "auto":
+        raise ForeignCheckpoint(
+            f"trainer.output_dir {config.trainer.output_dir} holds a checkpoint of {writer} (step {step}); "
+            f"a job does not continue another's run by itself: set trainer.resume={folder} to continue "
+            "it on purpose, or choose another trainer.output_dir"
+        )
+    if attempt > 1:
+        log.warning(
+            "attempt %d: the newest checkpoint in %s (step %d) is %s's, not this job's; trainer.resume=%s "
+            "stands", attempt, config.trainer.output_dir, step, writer, config.trainer.resume,
+        )  # fmt: skip
 
 
 class _Rewind:

@@ -30,6 +30,7 @@ def make_client(data_root):
     clients = []
 
     def make(**settings) -> TestClient:
+        settings.setdefault("allowed_hosts", "testserver")  # the name TestClient sends
         client = TestClient(create_app(ApiSettings(**settings)))
         client.__enter__()
         clients.append(client)

@@ -106,6 +106,8 @@ def test_a_train_job_may_only_name_files_inside_the_data_roots(
         TrainJobConfig.model_validate(job)
     monkeypatch.setenv("REELRL_DATA_ROOTS", str(tmp_path))
     reset_settings_cache()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # a job's model must exist (tests/api/test_edges.py)
     try:
         ok = TrainJobConfig.model_validate(job)
         assert ok.data.train_files == [str(tmp_path / "d" / "t.jsonl")]

@@ -53,3 +53,27 @@ def test_a_retry_without_checkpoints_keeps_the_setting(tmp_path: Path) -> None:
     retry = _config(tmp_path)
     _continue_own_run(retry, "job-a", attempt=3)
     assert retry.trainer.resume == "none"
+
+
+@pytest.mark.parametrize("writer", ["job-b", None], ids=["another-job", "no-job"])
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_resume_auto_never_adopts_another_runs_checkpoint(
+    tmp_path: Path, writer: str | None, attempt: int
+) -> None:
+    from services.trainer.tasks import ForeignCheckpoint
+
+    _checkpoint(tmp_path, 4, writer)  # e.g. a duplicate submitted after a client timeout, same output_dir
+    config = _config(tmp_path, resume="auto")
+    with pytest.raises(ForeignCheckpoint, match=r"trainer.resume=.*step_000004 to continue it on purpose"):
+        _continue_own_run(config, "job-a", attempt=attempt)
+    # Naming the checkpoint is how to continue it on purpose.
+    explicit = _config(tmp_path, resume=str(ckpt.checkpoint_dir(tmp_path, 4)))
+    _continue_own_run(explicit, "job-a", attempt=1)
+    assert explicit.trainer.resume == str(ckpt.checkpoint_dir(tmp_path, 4))
+
+
+def test_resume_auto_continues_its_own_checkpoint(tmp_path: Path) -> None:
+    _checkpoint(tmp_path, 4, "job-a")
+    config = _config(tmp_path, resume="auto")
+    _continue_own_run(config, "job-a", attempt=2)
+    assert config.trainer.resume == "auto"

@@ -1,7 +1,7 @@
 // One job: live state and progress, training curves from metrics events, eval tables from results,
 // and the cancel button (shown to visitors who may cancel the job).
 import { LineChart } from "./chart.js";
-import { pageData, setProgress, setState, TERMINAL, when } from "./live.js";
+import { pageData, setProgress, setState, TERMINAL, visible, when } from "./live.js";
 
 const page = pageData();
 const eventsList = document.getElementById("events");
@@ -39,8 +39,15 @@ function logEvent(event) {
   type.textContent = event.type;
   const data = document.createElement("span");
   data.className = "edata";
-  data.textContent = JSON.stringify(event.data);
+  const { traceback, ...shown } = event.data;
+  data.textContent = visible(JSON.stringify(shown));
   li.append(seq, " ", type, " ", data);
+  if (typeof traceback === "string") {
+    const pre = document.createElement("pre"); // as text: lines and quotes as the worker wrote them
+    pre.className = "traceback";
+    pre.textContent = visible(traceback);
+    li.append(pre);
+  }
   eventsList.append(li);
   eventsList.scrollTop = eventsList.scrollHeight;
 }
@@ -54,9 +61,10 @@ function onEvent(event) {
   logEvent(event);
   if (event.type === "state") {
     setState(document.getElementById("job-state"), event.data.state);
-    document.getElementById("job-reason").textContent = event.data.reason || "—";
+    document.getElementById("job-reason").textContent = visible(event.data.reason) || "—";
     if (event.data.attempt) document.getElementById("job-attempts").textContent = event.data.attempt;
-    if (event.data.worker) document.getElementById("job-worker").textContent = event.data.worker;
+    if (event.data.worker) document.getElementById("job-worker").textContent = visible(event.data.worker);
+    if (event.data.state === "running") document.getElementById("job-started").textContent = when(event.created_at);
     if (TERMINAL.has(event.data.state)) {
       endCancel("");
       document.getElementById("job-finished").textContent = when(event.created_at);
@@ -99,7 +107,7 @@ async function cancelJob() {
   if (!response.ok) {
     cancelButton.disabled = false;
     const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
-    document.getElementById("cancel-note").textContent = `cancel refused: ${detail}`;
+    document.getElementById("cancel-note").textContent = visible(`cancel refused: ${detail}`);
     return;
   }
   if (TERMINAL.has(body.state)) setState(document.getElementById("job-state"), body.state);

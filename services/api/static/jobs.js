@@ -1,6 +1,6 @@
 // Jobs list: one stream of job snapshots keeps every row's state and progress current; a Cancel
 // button on each row the visitor may cancel (the rule of the API, sent as page data).
-import { pageData, setProgress, setState, TERMINAL, when } from "./live.js";
+import { pageData, setProgress, setState, TERMINAL, visible, when } from "./live.js";
 
 const filters = pageData();
 const body = document.querySelector("#jobs tbody");
@@ -48,8 +48,10 @@ function newRow(job) {
   tr.append(id, kind, state, progress, cell("message"), cell("created"), cell("updated"), actions);
   body.prepend(tr);
   document.getElementById("no-jobs").hidden = true;
+  filters.total += 1;
   const shown = body.rows.length;
-  document.getElementById("live-status").textContent = `${shown} job${shown === 1 ? "" : "s"} shown`;
+  document.getElementById("live-status").textContent =
+    `1–${shown} of ${filters.total} job${filters.total === 1 ? "" : "s"}`;
   return tr;
 }
 
@@ -57,13 +59,14 @@ function update(job) {
   if (filters.kind && job.kind !== filters.kind) return;
   let tr = body.querySelector(`tr[data-job-id="${job.id}"]`);
   if (!tr) {
-    if (filters.state && job.state !== filters.state) return;
+    // A new job belongs on the first page (newest first); a later page only shows what it listed.
+    if ((filters.state && job.state !== filters.state) || filters.offset > 0) return;
     tr = newRow(job);
   }
   tr.dataset.state = job.state;
   setState(tr.querySelector("td.state span"), job.state);
   setProgress(tr.querySelector("progress"), tr.querySelector(".count"), job.progress, undefined, job.state);
-  tr.querySelector("td.message").textContent = job.reason || job.progress.message;
+  tr.querySelector("td.message").textContent = visible(job.reason || job.progress.message);
   tr.querySelector("td.created").textContent = when(job.created_at);
   tr.querySelector("td.updated").textContent = when(job.updated_at);
   const button = tr.querySelector("button[data-cancel]");
@@ -76,7 +79,7 @@ async function cancel(jobId) {
   const response = await fetch(`/v1/jobs/${jobId}/cancel`, { method: "POST", headers });
   const job = await response.json();
   if (response.ok) update(job);
-  else row.querySelector("td.message").textContent = `cancel refused: ${typeof job.detail === "string" ? job.detail : JSON.stringify(job.detail)}`;
+  else row.querySelector("td.message").textContent = visible(`cancel refused: ${typeof job.detail === "string" ? job.detail : JSON.stringify(job.detail)}`);
 }
 
 if (dialog) {

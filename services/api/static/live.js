@@ -17,7 +17,16 @@ export function setProgress(bar, text, progress, message, state) {
     bar.removeAttribute("value"); // indeterminate: no total known yet
   }
   const count = progress.total === null || progress.total === undefined ? `${progress.done}` : `${progress.done}/${progress.total}`;
-  text.textContent = message === undefined ? count : `${count} ${message}`.trim();
+  text.textContent = message === undefined ? count : visible(`${count} ${message}`.trim());
+}
+
+// Bidi controls (U+202A-E, U+2066-9, the marks) in a job's text would reverse what surrounds them:
+// shown as their code points, as the server-rendered page does (services/api/text.py).
+const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
+
+export function visible(text) {
+  if (text === null || text === undefined) return "";
+  return String(text).replace(BIDI, (c) => `<U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}>`);
 }
 
 export function setState(node, state) {

@@ -1,0 +1,105 @@
+"""Request bodies parsed as strict JSON, once, for every route of the API (422 naming the field).
+
+JSON has no NaN or Infinity, but Python's parser accepts them, and turns ``1e400`` into infinity: such
+a number then failed validation with a 500 (the error could not be written back as JSON) or was
+stored as ``null``. Here they are refused where the body is read, each with its location, before
+any model sees them, and so are bodies that are not UTF-8 or nest too deep (FastAPI answered those
+with an undocumented 400).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+
+class BodyRejected(HTTPException):
+    """A body that is not strict JSON; an HTTPException so FastAPI lets it through as it reads."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(422, "invalid JSON body")
+        self.errors = errors
+
+
+class _NonFinite:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_float(text: str) -> float | _NonFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text)
+
+
+def _non_finite(value: Any, loc: tuple[str | int, ...]) -> list[dict[str, Any]]:
+    if isinstance(value, _NonFinite):
+        return [
+            {
+                "type": "finite_number",
+                "loc": loc,
+                "msg": f"{value.text} is not a finite number (NaN, Infinity and numbers beyond the float "
+                "range such as 1e400 are refused)",
+                "input": value.text,
+            }
+        ]
+    if isinstance(value, dict):
+        return [e for key, item in value.items() for e in _non_finite(item, (*loc, key))]
+    if isinstance(value, list):
+        return [e for i, item in enumerate(value) for e in _non_finite(item, (*loc, i))]
+    return []
+
+
+def _invalid(msg: str) -> BodyRejected:
+    return BodyRejected([{"type": "json_invalid", "loc": ("body",), "msg": msg, "input": None}])
+
+
+def strict_json(body: bytes) -> Any:
+    """``body`` decoded; :class:`BodyRejected` (every offending location) when it is not strict JSON."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(f"the body is not UTF-8 (byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_NonFinite, parse_float=_parse_float)
+    except json.JSONDecodeError as exc:
+        raise BodyRejected(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ("body", exc.pos),
+                    "msg": f"JSON decode error: {exc.msg}",
+                    "input": None,
+                }
+            ]
+        ) from None
+    except (RecursionError, ValueError) as exc:  # nested too deep; an integer of over 4300 digits
+        raise _invalid(f"JSON the API cannot read: {exc.__class__.__name__}: {str(exc)[:200]}") from None
+    errors = _non_finite(value, ("body",))
+    if errors:
+        raise BodyRejected(errors)
+    return value
+
+
+class _StrictJsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = strict_json(await self.body())
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """An API route whose JSON body goes through :func:`strict_json`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(_StrictJsonRequest(request.scope, request.receive))
+
+        return strict
