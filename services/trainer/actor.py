@@ -5,16 +5,23 @@ sampled (vLLM's M-RoPE rule for Qwen2/2.5-VL, :mod:`services.rollout.consistency
 One :class:`PolicyModel` per rank; with one rank it runs unsharded in the calling process. Gradients
 accumulate over micro-batches packed by token budget; every loss is normalised by the mini-batch's
 global token (or sequence) count across micro-batches and ranks, so DAPO's token-mean is global.
+
+Precision: the trained weights, their gradients and AdamW's moments are ``actor.param_dtype`` (fp32);
+every forward runs in ``actor.compute_dtype``: under FSDP2 through ``MixedPrecisionPolicy`` (the layer is
+all-gathered in the compute dtype, gradients reduce-scattered in fp32), on one rank through autocast.
+The frozen reference is stored in the compute dtype. The rollout engine receives the weights in its own
+dtype (:meth:`PolicyModel.full_tensors`, :meth:`PolicyModel.full_state_dict`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +34,14 @@ from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
 
 log = logging.getLogger(__name__)
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``"bfloat16"`` → ``torch.bfloat16`` (the names the configs use)."""
+    if name not in _DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; one of {sorted(_DTYPES)}")
+    return _DTYPES[name]
 
 
 def distributed() -> tuple[int, int]:
@@ -66,7 +80,11 @@ def lr_lambda(step: int, *, warmup: int, total: int, schedule: str, min_ratio: f
 
 
 class PolicyModel:
-    """A Qwen-VL checkpoint as a scorer of response tokens (the reference model is one of these)."""
+    """A Qwen-VL checkpoint as a scorer of response tokens (the reference model is one of these).
+
+    ``trainable``: stored in ``param_dtype`` (the master the optimizer steps); frozen: stored in
+    ``compute_dtype`` (nothing steps it, so nothing is lost). Either way the forwards compute in
+    ``compute_dtype``."""
 
     def __init__(self, config: ActorConfig, *, trainable: bool, device: str | None = None) -> None:
         from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -74,8 +92,10 @@ class PolicyModel:
         self.config = config
         self.rank, self.world_size = distributed()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.compute_dtype = torch_dtype(config.compute_dtype)
+        self.param_dtype = torch_dtype(config.param_dtype) if trainable else self.compute_dtype
         self.processor = AutoProcessor.from_pretrained(config.model_path)
-        model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=_DTYPES[config.dtype])
+        model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=self.param_dtype)
         model.to(self.device)
         self.hf_config = model.config
         if trainable and config.gradient_checkpointing:
@@ -92,21 +112,31 @@ class PolicyModel:
             self._shard(model)
         self.model = model
         self.pad_id = int(self.processor.tokenizer.pad_token_id or 0)
-        self._vision = VisionDummies(model) if self.world_size > 1 else None
+        self._vision = VisionDummies(model, self.compute_dtype) if self.world_size > 1 else None
 
     def _shard(self, model: Any) -> None:
-        """FSDP2: each decoder layer and vision block its own unit, then the root (embeddings, head)."""
+        """FSDP2: each decoder layer and vision block its own unit, then the root (embeddings, head).
+        Every unit is all-gathered in the compute dtype and its gradients reduce-scattered in fp32 into
+        the fp32 shards the optimizer steps (verl's policy)."""
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh(self.device.type, (self.world_size,))
+        policy = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
         unit_names = set(getattr(model, "_no_split_modules", None) or ())
         units = [m for m in model.modules() if type(m).__name__ in unit_names]
         if not units:
             raise ValueError(f"{type(model).__name__} names no _no_split_modules to shard by")
         for module in units:
-            fully_shard(module, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(module, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+
+    def _compute(self) -> Any:
+        """The context of a forward: on one rank, autocast to the compute dtype when it is lower than
+        the stored weights' (FSDP's policy casts the gathered weights itself)."""
+        if self.world_size > 1 or self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
     # -- inputs ---------------------------------------------------------------------------------------
 
@@ -154,7 +184,8 @@ class PolicyModel:
         policy that is optimised is the distribution the rollout sampled from."""
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.inputs.items()}
         if self._vision is None:
-            out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
+            with self._compute():
+                out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
             logits = out.logits.float()
         else:
             with self._vision.around(inputs) as zero:
@@ -187,16 +218,26 @@ class PolicyModel:
 
     # -- weights --------------------------------------------------------------------------------------
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every tensor, gathered (all ranks must call; rank 0 gets the tensors, others an empty dict)."""
+    def full_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """Every tensor, gathered (all ranks must call; rank 0 gets the tensors, others an empty dict),
+        floating ones cast to ``dtype`` (None: as stored, i.e. the master weights, for a checkpoint)."""
         if self.world_size == 1:
-            return {k: v.detach() for k, v in self.model.state_dict().items()}
+            return {k: _cast(v.detach(), dtype) for k, v in self.model.state_dict().items()}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(
             self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
-        return state if self.rank == 0 else {}
+        return {k: _cast(v, dtype) for k, v in state.items()} if self.rank == 0 else {}
+
+    def full_tensors(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The weights one full tensor at a time, as ``(checkpoint name, tensor cast to dtype)``, on
+        this rank's device: for a sender that streams them in buckets instead of gathering the whole
+        model. Under FSDP each tensor is all-gathered, so every rank must run the iterator to its end
+        in step (every rank receives every tensor; rank 0 would usually be the one that sends)."""
+        for name, value in self.model.state_dict().items():
+            full = value.full_tensor() if hasattr(value, "full_tensor") else value
+            yield name, _cast(full.detach(), dtype)
 
     def save_pretrained(self, folder: Path, state: dict[str, torch.Tensor]) -> Path:
         """An HF-format checkpoint (weights, config, processor, chat template) that transformers and
@@ -236,7 +277,7 @@ class VisionDummies:
 
     MODALITIES = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw"))
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, dtype: torch.dtype) -> None:
         inner = model.model
         self.visual = getattr(inner, "visual", None)
         self.language = getattr(inner, "language_model", None)
@@ -246,7 +287,6 @@ class VisionDummies:
         channels = getattr(vc, "in_channels", None) or getattr(vc, "in_chans", 3)
         merge = vc.spatial_merge_size
         width = channels * vc.temporal_patch_size * vc.patch_size**2
-        dtype = next(self.visual.parameters()).dtype
         # one merged token: a 1 x merge x merge grid of patches
         self.pixels = torch.zeros(merge * merge, width, dtype=dtype)
         self.grid = torch.tensor([[1, merge, merge]], dtype=torch.long)
@@ -282,6 +322,13 @@ class _DummyPasses:
     def __exit__(self, *exc: Any) -> None:
         if self._handle is not None:
             self._handle.remove()
+
+
+def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``value`` in ``dtype`` when it is floating (integer buffers keep theirs)."""
+    if dtype is None or not value.is_floating_point() or value.dtype == dtype:
+        return value
+    return value.to(dtype)
 
 
 def _tensor_sum(out: Any) -> torch.Tensor:

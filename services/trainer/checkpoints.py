@@ -1,7 +1,12 @@
 """Checkpoints: ``OUTPUT_DIR/checkpoints/step_NNNNNN/`` holding ``model/`` (HF format, loadable by
 transformers and vLLM), ``optim_rank{r}.pt`` (optimizer and scheduler state of each rank) and
-``state.json`` (step, data position, RNG states, KL coefficient). A folder is complete only once its
-``state.json`` exists: it is written last, after everything else was renamed into place."""
+``state.json`` (step, data position, RNG states, KL coefficient, where the KL reference's weights are).
+A folder is complete only once its ``state.json`` exists: it is written last, after everything else was
+renamed into place.
+
+The reference is written once per run, not per checkpoint: after a warm start (whose weights RL's KL
+anchors to) the warmed weights go to ``OUTPUT_DIR/reference/`` and every checkpoint's state names that
+folder, relative to itself, so a moved output folder still resumes."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import torch
 
 STATE_FILE = "state.json"
 MODEL_DIR = "model"
+REFERENCE_DIR = "reference"
 _STEP = re.compile(r"^step_(\d+)$")
 
 
@@ -140,6 +146,35 @@ def fsync_tree(folder: Path) -> None:
 
 def read_state(folder: Path) -> dict[str, Any]:
     return json.loads((Path(folder) / STATE_FILE).read_text())
+
+
+def reference_entry(folder: Path, reference: str | Path) -> str:
+    """The reference weights' folder as a checkpoint at ``folder`` records it: relative to ``folder``
+    when both lie under one output folder, else absolute (e.g. ``actor.model_path``)."""
+    reference, folder = Path(reference).resolve(), Path(folder).resolve()
+    root = folder.parent.parent  # OUTPUT_DIR/checkpoints/step_N
+    if reference.is_relative_to(root):
+        return os.path.relpath(reference, folder)
+    return str(reference)
+
+
+def reference_source(folder: Path, state: dict[str, Any], *, warm_started: bool) -> str | None:
+    """The folder whose weights the resumed run's reference must load, from a checkpoint's state (None:
+    ``actor.model_path``). A checkpoint that names none but belongs to a warm-started run predates this
+    record: its reference cannot be rebuilt, and anchoring KL to the un-warmed model instead would
+    silently change the run, so it is refused."""
+    entry = state.get("reference")
+    if entry is None:
+        if warm_started:
+            raise ResumeMismatch(
+                f"{folder}: the checkpoint does not record the warm-started reference model that KL anchors "
+                "to; resume from a newer checkpoint, or start over (trainer.resume=none in a new output_dir)"
+            )
+        return None
+    path = (Path(folder) / entry).resolve()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{folder}: the reference model it names ({path}) is missing")
+    return str(path)
 
 
 def prune(output_dir: Path, keep: int, current: int) -> None:

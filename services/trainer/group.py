@@ -18,7 +18,7 @@ from services.rollout.config import RolloutConfig
 from services.rollout.media import FrameSource
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.trainer import checkpoints as ckpt
-from services.trainer.actor import Actor, PolicyModel, distributed
+from services.trainer.actor import Actor, PolicyModel, distributed, torch_dtype
 from services.trainer.batch import PromptInputs, TokenSequence
 from services.trainer.config import TrainConfig
 from services.trainer.sequences import build_sequences, covering, offline_sequences, shard
@@ -28,17 +28,28 @@ log = logging.getLogger(__name__)
 
 
 class LocalActorGroup:
+    """``model_path``: the actor's weights (the run's model, or a checkpoint's when resuming);
+    ``reference_path``: the KL anchor's (None: ``actor.model_path``; a resumed run passes what its
+    checkpoint recorded, e.g. the warm-started weights, :func:`~services.trainer.checkpoints.reference_source`)."""
+
     def __init__(
-        self, config: TrainConfig, model_path: str, source: FrameSource, rollout: RolloutConfig
+        self,
+        config: TrainConfig,
+        model_path: str,
+        source: FrameSource,
+        rollout: RolloutConfig,
+        reference_path: str | None = None,
     ) -> None:
         self.config = config
         self.rank, self.world_size = distributed()
         self.actor = Actor(
             config.actor.model_copy(update={"model_path": model_path}), total_steps=config.trainer.total_steps
         )
-        # The reference is the run's initial weights, also when resuming from a checkpoint.
+        # The reference is where the run's RL started: its initial weights or the warm-started ones,
+        # also when resuming from a checkpoint.
+        reference = config.actor.model_copy(update={"model_path": reference_path or config.actor.model_path})
         self.reference = (
-            PolicyModel(config.actor, trainable=False) if config.algorithm.needs_reference_model else None
+            PolicyModel(reference, trainable=False) if config.algorithm.needs_reference_model else None
         )
         self.checkpoint = Checkpoint.load(model_path)
         self.source, self.rollout = source, rollout
@@ -81,9 +92,21 @@ class LocalActorGroup:
         self.actor.scheduler.step()
         return lr
 
+    @property
+    def push_dtype(self) -> torch.dtype | None:
+        """The dtype the rollout engine holds its weights in: ``rollout.engine.dtype`` when named; with
+        ``auto``, the compute dtype when it is below fp32 (vLLM's ``auto`` runs an fp32 checkpoint in
+        bf16 on GPU), else None (sent as stored; the engine casts as it loads)."""
+        name = self.rollout.engine.dtype
+        if name != "auto":
+            return torch_dtype(name)
+        compute = self.actor.compute_dtype
+        return compute if compute != torch.float32 else None
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full weights for a push (every rank must call; rank 0 receives them)."""
-        return self.actor.full_state_dict()
+        """Full weights for a push, in the engine's dtype (every rank must call; rank 0 receives them).
+        A bucketed sender reads them one tensor at a time instead: ``actor.full_tensors(push_dtype)``."""
+        return self.actor.full_state_dict(self.push_dtype)
 
     # -- warm start ---------------------------------------------------------------------------------------
 
@@ -124,10 +147,15 @@ class LocalActorGroup:
 
     def save(self, folder: Path) -> None:
         """The HF model (rank 0) and every rank's optimizer state into ``folder`` (all ranks call)."""
+        self.save_model(folder / ckpt.MODEL_DIR)
+        ckpt.save_torch(folder / f"optim_rank{self.rank}.pt", self.actor.state())
+
+    def save_model(self, folder: Path) -> None:
+        """The actor's weights as stored (the fp32 master) as an HF checkpoint at ``folder``, written
+        by rank 0 (all ranks call: the weights are gathered)."""
         state = self.actor.full_state_dict()
         if self.rank == 0:
-            self.actor.save_pretrained(folder / ckpt.MODEL_DIR, state)
-        ckpt.save_torch(folder / f"optim_rank{self.rank}.pt", self.actor.state())
+            self.actor.save_pretrained(folder, state)
 
     def load_optimizer(self, folder: Path) -> None:
         path = folder / f"optim_rank{self.rank}.pt"

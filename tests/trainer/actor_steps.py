@@ -100,7 +100,7 @@ def train_config(world: World, **actor: Any) -> TrainConfig:
     return TrainConfig.model_validate(
         {
             "data": {"train_files": ["unused.jsonl"], "batch_size": 2},
-            "actor": {"model_path": str(world.model), "dtype": "float32", "optim": optim, **actor},
+            "actor": {"model_path": str(world.model), "compute_dtype": "float32", "optim": optim, **actor},
             "rollout": {"n": 2, "max_tokens": 12, "engine": {"dtype": "float32"}},
             "trainer": {"output_dir": str(world.output), "total_steps": 4},
         }

@@ -2,7 +2,7 @@
 also when they hold different numbers of micro-batches (the short rank runs dummy forwards that change
 nothing instead of leaving the other waiting), and when one rank holds only images (or only text) and
 the other only videos (zero-weight vision passes keep them in step), and the first update of a step is
-on-policy (ratio 1)."""
+on-policy (ratio 1); with bf16 compute over fp32 master weights they agree to bf16's resolution."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ def steps(tmp_path_factory: pytest.TempPathFactory) -> Steps:
             make_groups(world, rollout, [[4, 6], [5, 3]], text_video),
             text_video,
         ),
+        # fp32 master, bf16 forwards: autocast on one rank, FSDP's MixedPrecisionPolicy on two
+        "bf16": (train_config(world, compute_dtype="bfloat16"), even),
     }
     single = {name: run_step(world, *case) for name, case in cases.items()}
     out = root / "ranks"
@@ -141,10 +143,28 @@ def test_uneven_ranks_run_equally_many_forwards(steps: Steps) -> None:
 
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("case", ["even", "uneven", "images_videos", "text_video"])
+@pytest.mark.parametrize("case", ["even", "uneven", "images_videos", "text_video", "bf16"])
 def test_first_update_is_on_policy(steps: Steps, case: str) -> None:
     """Old log-probs from their own no-grad pass; the update's forward must reproduce them: ratio 1."""
     for metrics in [steps.single[case]["metrics"]] + [r["metrics"] for r in steps.ranks[case]]:
         assert metrics["ppo_kl"] == pytest.approx(0.0, abs=1e-7)
         assert metrics["clipfrac_higher"] == 0.0
         assert metrics["clipfrac_lower"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_two_bf16_ranks_update_like_one(steps: Steps) -> None:
+    """fp32 master, bf16 compute: one rank autocasts, two all-gather bf16 weights (FSDP2's
+    MixedPrecisionPolicy) and reduce-scatter fp32 gradients. The two round differently (autocast keeps
+    embeddings and norms in fp32), so they agree to bf16's resolution, not to fp32's."""
+    one, (rank0, rank1) = steps.single["bf16"], steps.ranks["bf16"]
+    assert {v.dtype for v in rank0["final"].values() if v.is_floating_point()} == {torch.float32}
+    moved = largest_gap(one["final"], one["initial"])
+    assert largest_gap(rank0["final"], one["final"]) <= 0.02 * moved
+    old = rank0["old"] + rank1["old"]
+    assert max(float((a - b).abs().max()) for a, b in zip(old, one["old"], strict=True)) <= 0.02
+    grad_norm = one["metrics"]["grad_norm"]
+    assert rank0["metrics"]["grad_norm"] == pytest.approx(grad_norm, rel=0.01)
+    pg_loss = rank0["metrics"]["pg_loss"] + rank1["metrics"]["pg_loss"]
+    assert pg_loss == pytest.approx(one["metrics"]["pg_loss"], abs=1e-3)
