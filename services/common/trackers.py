@@ -244,11 +244,7 @@ class Trackers:
         return bool(self.trackers)
 
     def _read(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return _read_json(self.path)
 
     def _write(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -290,3 +286,50 @@ class Trackers:
                 target.finish(status)
             except Exception:  # one tracker's shutdown must not hide the run's own outcome
                 log.exception("could not close the %s run", tracker)
+
+
+def summary_metrics(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Every number of each benchmark's summary, whatever fields it has, as ``eval/<benchmark>/<path>``
+    (``eval/mvbench/overall``, ``eval/mvbench/breakdowns/task/action_count/score``)."""
+    out: dict[str, float] = {}
+    for benchmark, summary in summaries.items():
+        flat = numeric(flatten(summary, sep="/"))
+        out.update({f"eval/{benchmark}/{key}": value for key, value in flat.items()})
+    return out
+
+
+def log_eval_summaries(
+    names: Iterable[str],
+    *,
+    output_dir: Path,
+    name: str,
+    config: dict[str, Any],
+    summaries: Mapping[str, Mapping[str, Any]],
+    status: str,
+    wandb: WandbConfig | None = None,
+    mlflow: MlflowConfig | None = None,
+    job_id: str | None = None,
+) -> None:
+    """An eval run's summaries into its trackers: one step per attempt of the run, in the tracker runs
+    ``OUTPUT_DIR/trackers.json`` names (a restarted eval continues them; its newer figures come one
+    step later instead of logging a step twice)."""
+    names = [n for n in names if n in REQUIREMENTS]
+    if not names:
+        return
+    recorded = {k: v for k, v in _read_json(Path(output_dir) / STATE_FILE).items() if isinstance(v, dict)}
+    trackers = Trackers(
+        names, output_dir=output_dir, name=name, config=config, wandb=wandb, mlflow=mlflow,
+        resume=recorded, job_id=job_id, key="eval.loggers",
+    )  # fmt: skip
+    try:
+        trackers.log(trackers.next_step(), summary_metrics(summaries))
+    finally:
+        trackers.finish(status)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from services.common.trackers import MlflowConfig, TrackerName, WandbConfig
 from services.eval.benchmarks import BenchmarkError, benchmark_names
 from services.rollout.config import EngineConfig, RolloutConfig
 
@@ -89,6 +90,9 @@ class EvalConfig(BaseModel):
         1, ge=0, description="local preprocess workers for missing clips (0: running ones)"
     )
     preprocess_timeout_s: float | None = Field(None, gt=0)
+    loggers: list[TrackerName] = Field(default_factory=list, description="trackers the summaries go to")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="with loggers: wandb")
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig, description="with loggers: mlflow")
 
     @field_validator("benchmarks", mode="before")
     @classmethod

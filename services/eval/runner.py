@@ -16,6 +16,7 @@ from typing import Any
 from services.common.frames import FrameStore
 from services.common.samples import Sample
 from services.common.settings import get_settings
+from services.common.trackers import log_eval_summaries, require
 from services.eval.benchmarks import Benchmark, ItemResult, Summary, get_benchmark
 from services.eval.clips import ClipPlanner, PlannedSample, clip_params, preprocess_missing
 from services.eval.config import EvalConfig, model_fingerprint
@@ -123,6 +124,7 @@ async def _stream(
 
 def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None = None) -> RunReport:
     hooks = hooks or Hooks()
+    require(config.loggers, "eval.loggers")
     started = time.perf_counter()
     run_id = config.resolved_run_id()
     output_dir = Path(config.output_dir or get_settings().home / "eval" / run_id)
@@ -202,6 +204,14 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
     finish_run(
         run_id, "cancelled" if report.stopped else "succeeded",
         {n: s.model_dump(mode="json") for n, s in report.summaries.items()},
+    )  # fmt: skip
+    # after the results are stored: a tracker that cannot be reached fails the call, loses nothing
+    log_eval_summaries(
+        config.loggers, output_dir=output_dir, name=f"eval-{run_id}", config=config.model_dump(mode="json"),
+        summaries={n: s.model_dump(mode="json") for n, s in report.summaries.items()},
+        status="cancelled" if report.stopped else "succeeded", wandb=config.wandb,
+        mlflow=config.mlflow.model_copy(update={"experiment": config.mlflow.experiment or "reelrl-eval"}),
+        job_id=job_id,
     )  # fmt: skip
     report.timings["total_s"] = time.perf_counter() - started
     return report
