@@ -68,15 +68,27 @@ def test_interval_spanning_the_whole_video():
 @pytest.mark.parametrize(
     "response",
     [
-        '<answer>{"time": [20, 10]}</answer>',  # inverted
         '<answer>{"time": [NaN, 20]}</answer>',
         '<answer>{"time": [10, Infinity]}</answer>',
         '<answer>{"time": [-5, 20]}</answer>',
-        "<answer>from 10 to 20 seconds, or from 30 to 40 seconds</answer>",  # two intervals
+        '<answer>{"time": [10, 10]}</answer>',
     ],
 )
 def test_invalid_intervals_score_zero(response):
     assert score(TEMPORAL, response).accuracy == 0.0
+
+
+def test_only_the_first_of_several_intervals_counts():
+    # as the reference readers do; listing more intervals cannot raise the score: a wrong first
+    # interval followed by the right one scores the wrong one
+    first_wrong = "<answer>from 30 to 40 seconds, or from 10 to 20 seconds</answer>"
+    first_right = "<answer>from 10 to 20 seconds, or from 30 to 40 seconds</answer>"
+    right = score(TEMPORAL, "<answer>from 10 to 20 seconds</answer>").accuracy
+    assert score(TEMPORAL, first_right).accuracy == right
+    assert (
+        score(TEMPORAL, first_wrong).accuracy
+        == score(TEMPORAL, "<answer>from 30 to 40 seconds</answer>").accuracy
+    )
 
 
 SPATIAL = {"problem_type": "spatial grounding", "answer": {"boxes": [10, 10, 20, 20]}}

@@ -1,7 +1,9 @@
 """JSON answers (bare or in ``` fences), time intervals and boxes.
 
-Validation is part of reading: a NaN/inf coordinate, an inverted or empty interval, a negative start or a
-box with x2 ≤ x1 is not an answer at all.
+Validation is part of reading: a NaN/inf coordinate, an empty interval, a negative start or a box with
+x2 ≤ x1 is not an answer at all. An answer's interval written end first is swapped, and of several
+intervals the first is the answer, as the reference temporal-grounding readers do (lmms-eval's and
+TimeChat's ``extract_time``); a ground truth must be one ordered interval.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ _NUM = r"[-+]?\d+(?:\.\d+)?"
 _CLOCK = r"\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?"
 _TIME = rf"(?:{_CLOCK}|{_NUM})"
 _UNIT = r"\s*(?:s|sec|secs|second|seconds)?\b"
-# "starts at 3.2 s and ends at 5", "from 12.5 to 20 seconds", "between 3 and 7 s", "12.5 - 20.0 seconds",
-# "00:12 to 00:20", "[3.0, 7.5]", "(3.0, 7.5)", "[3.0s, 7.5s]"
+# A start or end keyword, then up to 40 characters without a digit before its time: "starts at",
+# "Start time:", "Starting time:", "The start time for this event is", "start:".
+_GAP = r"[^\d\n]{0,40}?"
+# "starts at 3.2 s and ends at 5", "Start time: 4.2 seconds\nEnd time: 9.8 seconds", "start: 3.0s, end: 7.5s",
+# "from 12.5 to 20 seconds", "between 3 and 7 s", "12.5 - 20.0 seconds", "00:12 to 00:20", "[3.0, 7.5]",
+# "(3.0, 7.5)", "[3.0s, 7.5s]"
 _INTERVAL_PATTERNS = (
     re.compile(
-        rf"\bstart(?:s|ing)?\s+(?:at\s+|from\s+)?(?P<s>{_TIME}){_UNIT}.{{0,60}}?"
-        rf"\bend(?:s|ing)?\s+(?:at\s+)?(?P<e>{_TIME}){_UNIT}",
+        rf"\bstart(?:s|ing)?(?:\s+time)?\b{_GAP}(?P<s>{_TIME}){_UNIT}.{{0,60}}?"
+        rf"\bend(?:s|ing)?(?:\s+time)?\b{_GAP}(?P<e>{_TIME}){_UNIT}",
         re.I | re.S,
     ),
     re.compile(
@@ -95,43 +101,55 @@ def _seconds(token: str) -> float:
     return float(token)
 
 
-def as_interval(value: Any) -> tuple[float, float] | None:
-    """``[s, e]`` with finite 0 ≤ s < e, else None (inverted intervals are not swapped: they are wrong)."""
+def as_interval(value: Any, *, swap: bool = False) -> tuple[float, float] | None:
+    """``[s, e]`` with finite 0 ≤ s < e, else None; with ``swap`` an interval written end first
+    (``[e, s]``) is read as ``[s, e]`` (answers), without it it is invalid (ground truths)."""
     if not isinstance(value, list | tuple) or len(value) != 2:
         return None
     start, end = finite_number(value[0]), finite_number(value[1])
-    if start is None or end is None or start < 0 or end <= start:
+    if start is None or end is None:
+        return None
+    if swap and end < start:
+        start, end = end, start
+    if start < 0 or end <= start:
         return None
     return (start, end)
 
 
-def interval_from_json(value: Any) -> tuple[float, float] | bool | None:
+def interval_from_json(value: Any, *, swap: bool = False) -> tuple[float, float] | bool | None:
     """``{"time": [s, e]}``, ``{"start": s, "end": e}`` or ``[s, e]``; False when ``value`` has no time
     field at all."""
     if isinstance(value, dict):
         for key in _INTERVAL_KEYS:
             if key in value:
-                return as_interval(value[key])
+                return as_interval(value[key], swap=swap)
         for start, end in _START_END_KEYS:
             if start in value and end in value:
-                return as_interval([value[start], value[end]])
+                return as_interval([value[start], value[end]], swap=swap)
         return False
     if isinstance(value, list) and len(value) == 2:
-        return as_interval(value)
+        return as_interval(value, swap=swap)
     return False
 
 
-def find_interval(text: str) -> tuple[float, float] | None:
-    """One time interval from JSON or prose; several different intervals are a hedge → None."""
+def find_interval(text: str, *, answer: bool = False) -> tuple[float, float] | None:
+    """One time interval from JSON or prose.
+
+    ``answer`` (reading a response): an interval written end first is swapped and of several different
+    intervals the first counts, as the reference readers do; several cannot raise the expected IoU,
+    since only the first is scored. Otherwise (a ground truth) several are ambiguous → None."""
     parsed = find_json(text)
     if parsed is not None:
-        interval = interval_from_json(parsed)
+        interval = interval_from_json(parsed, swap=answer)
         if interval is not False:
             return interval  # type: ignore[return-value]
     for pattern in _INTERVAL_PATTERNS:
-        found = {(_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(text)}
-        if found:
-            return as_interval(found.pop()) if len(found) == 1 else None
+        found = [(_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(text)]
+        if not found:
+            continue
+        if answer:
+            return as_interval(found[0], swap=True)
+        return as_interval(found[0]) if len(set(found)) == 1 else None
     return None
 
 

@@ -40,8 +40,8 @@ def test_find_json(text, expected):
         ("The event happens in the 24.3 - 30.4 seconds.", (24.3, 30.4)),
         ("00:12 to 01:05", (12.0, 65.0)),  # mm:ss → 65 = 1·60 + 5
         ("[3.0, 7.5]", (3.0, 7.5)),
-        ("from 1 to 2 s and from 5 to 6 s", None),  # two intervals: a hedge
-        ('{"time": [7, 3]}', None),  # inverted: wrong, not swapped
+        ("from 1 to 2 s and from 5 to 6 s", None),  # a truth with two intervals is ambiguous
+        ('{"time": [7, 3]}', None),  # a truth written end first is invalid
         ('{"time": [3, 3]}', None),  # empty
         ('{"time": [-1, 3]}', None),  # negative start
         ('{"time": [NaN, 3]}', None),
@@ -58,6 +58,29 @@ def test_find_json(text, expected):
 )
 def test_find_interval(text, expected):
     assert find_interval(text) == expected
+
+
+# Reading an answer (answer=True): the phrasings the reference readers (lmms-eval's and TimeChat's
+# extract_time) accept, an interval written end first swapped, and the first of several intervals.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Start time: 4.2 seconds\nEnd time: 9.8 seconds", (4.2, 9.8)),
+        ("Starting time: 0.8 seconds\nEnding time: 1.1 seconds", (0.8, 1.1)),
+        ("The start time for this event is 0 seconds, and the end time is 12 seconds.", (0.0, 12.0)),
+        ("start: 3.0s, end: 7.5s", (3.0, 7.5)),
+        ("starts at 3.5 s and ends at 7 s", (3.5, 7.0)),
+        ("The event happens in the 9.8 - 4.2 seconds.", (4.2, 9.8)),  # end first: swapped
+        ('{"time": [7, 3]}', (3.0, 7.0)),
+        ("from 1 to 2 s and from 5 to 6 s", (1.0, 2.0)),  # two intervals: the first
+        ("[3.5, 7] or [10, 12]", (3.5, 7.0)),
+        ('{"time": [3, 3]}', None),  # still empty
+        ('{"time": [-1, 3]}', None),  # still negative
+        ("The restart ends at 5 seconds.", None),  # "restart" is no start keyword
+    ],
+)
+def test_find_interval_in_an_answer(text, expected):
+    assert find_interval(text, answer=True) == expected
 
 
 @pytest.mark.parametrize(
