@@ -371,11 +371,19 @@ def eval_score(
     family: str = typer.Option("qwen2_5_vl", help="Model family (decides the box coordinate space)."),
     option: list[str] = typer.Option([], "--option", "-o", help="Benchmark option KEY=VALUE (repeatable)."),
     out: Path = typer.Option(None, "--out", help="Also write the summary JSON here."),
+    reader: str = typer.Option(
+        "official",
+        "--reader",
+        help="official: the benchmark's own answer reader and aggregation (the headline `overall`); "
+        "robust: the reward library's reader (what training rewards use). Both figures are reported.",
+    ),
 ) -> None:
     """Re-score saved predictions with no model; prints the summary JSON (overall and every breakdown)."""
     from services.eval.cli import score_command
 
-    raise typer.Exit(score_command(benchmark, annotations, predictions, family, option, out))
+    if reader not in ("official", "robust"):
+        raise typer.BadParameter(f"--reader must be official or robust, not {reader!r}")
+    raise typer.Exit(score_command(benchmark, annotations, predictions, family, option, out, reader))
 
 
 @worker_app.command("eval")

@@ -59,9 +59,17 @@ def samples_command(name: str, annotations: Path, video_root: Path | None, optio
 
 
 def score_command(
-    name: str, annotations: Path, predictions: Path, family: str, options: list[str], out: Path | None
+    name: str,
+    annotations: Path,
+    predictions: Path,
+    family: str,
+    options: list[str],
+    out: Path | None,
+    reader: str = "official",
 ) -> int:
-    """Score saved predictions and print the summary JSON (overall and every breakdown)."""
+    """Score saved predictions and print the summary JSON (overall and every breakdown). ``reader``:
+    "official" (the benchmark's own reader and aggregation) or "robust" (the reward library's reader,
+    the one training rewards use); the summary carries the other figure beside it."""
     from services.eval.outputs import write_json_atomic
     from services.eval.scoring import read_predictions, score_predictions, unknown_predictions
 
@@ -69,8 +77,8 @@ def score_command(
         benchmark = get_benchmark(name, _root_of(annotations), **parse_assignments(options))
         samples = benchmark.load_checked(benchmark.find_annotations(annotations))
         given = read_predictions(predictions)
-        results = score_predictions(benchmark, samples, given, family)
-        summary = benchmark.aggregate(samples, results)
+        results = score_predictions(benchmark, samples, given, family, reader=reader)
+        summary = benchmark.summarise(samples, results, reader)
     except (BenchmarkError, ValueError, OSError) as exc:
         return _fail(str(exc))
     unknown = unknown_predictions(samples, given)

@@ -222,7 +222,7 @@ def write_benchmark_outputs(run_id: str, name: str, plan: BenchmarkPlan, output_
     per-sample JSONL, whose lines ``reelrl eval score`` reads back."""
     rows = {row.sample_id: row for row in stored_results(run_id, name)}
     results = {s.id: as_item(rows[s.id]) if s.id in rows else missing(s) for s in plan.samples}
-    summary = plan.adapter.aggregate(plan.samples, results)
+    summary = plan.adapter.summarise(plan.samples, results)
     lines = []
     for sample in plan.samples:
         row = rows.get(sample.id)

@@ -14,6 +14,7 @@ from services.common.families import FamilyName
 from services.common.samples import Sample
 from services.eval.benchmarks import Benchmark, ItemResult
 from services.reward import RewardConfig, score_items
+from services.reward.official import score_official
 from services.rollout.samples import continued_response
 
 
@@ -85,10 +86,37 @@ def score_one(
     config: RewardConfig | None = None,
     assistant_prefix: str | None = None,
     rubric_replies: Mapping[str, str] | None = None,
+    reader: str = "official",
 ) -> ItemResult:
     """The item result of one response (and, if the benchmark's judge graded it, the judge's replies)."""
     answer = Answer(sample, response, clip_meta, judge_response, assistant_prefix, rubric_replies)
-    return score_many(benchmark, [answer], family, config)[0]
+    return score_many(benchmark, [answer], family, config, reader=reader)[0]
+
+
+def official_details(
+    benchmark: Benchmark, sample: Sample, view: dict[str, Any], answer: Answer, robust: ItemResult
+) -> dict[str, Any]:
+    """Both readers' verdicts for one scored answer: ``robust_accuracy`` and ``official`` (reader name,
+    accuracy, what it read, readable, random). A judged item keeps the judge's verdict under both; a
+    sample without an official reader is read by the robust one under both."""
+    name = benchmark.official_reader(sample)
+    if robust.judged or robust.error or name is None:
+        return {}  # one reader decided: the accuracy is both readers'
+
+    try:
+        official = score_official(name, view, answer.response, answer.assistant_prefix or "")
+    except ValueError as exc:  # the truth is unreadable: the robust reader already reported it
+        return {"robust_accuracy": robust.accuracy, "official_error": str(exc)}
+    return {
+        "robust_accuracy": robust.accuracy,
+        "official": {
+            "reader": name,
+            "accuracy": official.accuracy,
+            "extracted": official.extracted,
+            "readable": official.readable,
+            "random": official.random,
+        },
+    }
 
 
 def score_many(
@@ -96,8 +124,12 @@ def score_many(
     items: Sequence[Answer | tuple[Sample, str, list[dict[str, Any]] | None, str | None]],
     family: FamilyName | str,
     config: RewardConfig | None = None,
+    reader: str = "official",
 ) -> list[ItemResult]:
-    """Answers (or ``(sample, response, clip_meta, judge_response)`` tuples) → item results, in order."""
+    """Answers (or ``(sample, response, clip_meta, judge_response)`` tuples) → item results, in order.
+    Each result carries both readers' accuracies in its details; ``accuracy`` is ``reader``'s."""
+    if reader not in ("official", "robust"):
+        raise ValueError(f"unknown reader {reader!r}; known: official, robust")
     config = config or RewardConfig()
     answers = [Answer(*item) for item in items]
     views: list[dict[str, Any] | None] = []
@@ -116,7 +148,8 @@ def score_many(
             pairs.append((benchmark.judge_reward_sample(sample), judge))
     scored = iter(score_items(pairs, config))
     results = []
-    for (sample, response, _, judge, _, replies), view, error in zip(answers, views, errors, strict=True):
+    for answer, view, error in zip(answers, views, errors, strict=True):
+        sample, response, _, judge, _, replies = answer
         rule = next(scored)
         verdict = next(scored) if judge is not None else None
         chosen = verdict if verdict is not None else rule
@@ -138,6 +171,11 @@ def score_many(
         if rubric is not None and rubric.details:
             # the replies travel with the result, so a saved run is re-scored without the judge
             details = {**details, **rubric.details, "rubric_replies": dict(replies or {})}
+        if view is not None:
+            readers = official_details(benchmark, sample, view, answer, item)
+            details = {**details, **readers}
+            if reader == "official" and "official" in readers:
+                item = item.model_copy(update={"accuracy": readers["official"]["accuracy"]})
         results.append(item.model_copy(update={"details": details}) if details else item)
     return results
 
@@ -148,6 +186,7 @@ def score_predictions(
     predictions: Mapping[str, Prediction],
     family: FamilyName | str,
     config: RewardConfig | None = None,
+    reader: str = "official",
 ) -> dict[str, ItemResult]:
     """Every sample's result; samples without a prediction are missing (scored 0)."""
     given = []
@@ -157,7 +196,7 @@ def score_predictions(
             continue
         prefix = benchmark.assistant_prefix(s) if p.assistant_prefix is None else p.assistant_prefix
         given.append(Answer(s, p.response, p.clip_meta, p.judge_response, prefix, p.rubric_replies))
-    results = {r.id: r for r in score_many(benchmark, given, family, config)}
+    results = {r.id: r for r in score_many(benchmark, given, family, config, reader=reader)}
     return {s.id: results.get(s.id) or missing(s) for s in samples}
 
 

@@ -53,7 +53,8 @@ def evaluate() -> Callable[..., Evaluated]:
     """``evaluate(name, annotations, responses, family=..., root=..., predictions=..., **options)``.
 
     ``responses`` maps sample id → response text; ``predictions`` (full Prediction dicts) may add clip
-    metadata or a judge's reply."""
+    metadata or a judge's reply; ``reader`` picks the protocol of ``overall`` (as ``eval score
+    --reader``)."""
 
     def run(
         name: str,
@@ -63,6 +64,7 @@ def evaluate() -> Callable[..., Evaluated]:
         family: str = "qwen3_vl",
         root: Path | None = None,
         predictions: list[dict[str, Any]] | None = None,
+        reader: str = "official",
         **options: Any,
     ) -> Evaluated:
         benchmark = get_benchmark(name, root, **options)
@@ -72,7 +74,7 @@ def evaluate() -> Callable[..., Evaluated]:
             given[p["id"]] = Prediction.model_validate(p)
         unknown = set(given) - {s.id for s in samples}
         assert not unknown, f"test predictions name unknown ids {unknown}"
-        results = score_predictions(benchmark, samples, given, family)
-        return Evaluated(samples, results, benchmark.aggregate(samples, results))
+        results = score_predictions(benchmark, samples, given, family, reader=reader)
+        return Evaluated(samples, results, benchmark.summarise(samples, results, reader))
 
     return run

@@ -55,6 +55,27 @@ def test_score_reports_overall_breakdowns_and_missing(tmp_path):
     assert json.loads(out.read_text()) == summary
 
 
+def test_score_reader_official_or_robust(tmp_path):
+    write_parquet(tmp_path / "vsi" / "test-00000-of-00001.parquet", VSI_ROWS)
+    # VSI-Bench reads float(first word): "about 4" is no float (unreadable, 0)
+    # where the robust reader reads 4; "A." is read by both
+    predictions = [
+        {"id": "0", "response": "about 4"}, {"id": "2", "response": "A."}, {"id": "4", "response": "B"},
+    ]  # fmt: skip
+    write_jsonl(tmp_path / "pred.jsonl", predictions)
+    args = ["eval", "score", "--benchmark", "vsibench", "--annotations", str(tmp_path / "vsi"),
+            "--predictions", str(tmp_path / "pred.jsonl")]  # fmt: skip
+    official = json.loads(runner.invoke(app, args).stdout)
+    robust = json.loads(runner.invoke(app, [*args, "--reader", "robust"]).stdout)
+    # official: counting 0 → tasks 0, 0, 50, 100 → 37.5; robust: counting 100 → 62.5
+    assert (official["reader"], official["overall"], official["robust_overall"]) == ("official", 37.5, 62.5)
+    assert official["unreadable"] == 1
+    assert official["details"]["official_reader"] == ["vsibench_choice", "vsibench_number"]
+    assert (robust["reader"], robust["overall"], robust["robust_overall"]) == ("robust", 62.5, 62.5)
+    bad = runner.invoke(app, [*args, "--reader", "lenient"])
+    assert bad.exit_code != 0 and "official or robust" in bad.output
+
+
 def test_bad_inputs_fail_with_a_message(tmp_path):
     write_parquet(tmp_path / "vsi" / "test-00000-of-00001.parquet", VSI_ROWS)
     (tmp_path / "pred.jsonl").write_text('{"id": "0", "response": "4"}\n{"id": "0", "response": "5"}\n')

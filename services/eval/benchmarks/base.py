@@ -89,6 +89,15 @@ class Benchmark:
     # Reply tokens a rubric question needs (a rationale, then the scores); the judge config's
     # max_tokens applies when larger.
     rubric_max_tokens: ClassVar[int] = 0
+    # The official protocol. ``official_readers``: problem type → a reader registered in
+    # services.reward.official (the benchmark's released rule, re-implemented); a type without one is
+    # read by the robust reader under both protocols. ``official_source``: "repo · path · function" of
+    # the official reader and aggregation (docs/evaluation.md quotes it). ``official_denominator``:
+    # "all" items, "readable" (Video-MME: only answers its reader read) or "answered" (LVBench,
+    # MotionBench: only questions with a prediction).
+    official_readers: ClassVar[Mapping[str, str]] = fixed({})
+    official_source: ClassVar[str] = ""
+    official_denominator: ClassVar[str] = "all"
 
     def __init__(self, root: Path | None = None, **options: Any) -> None:
         #: the benchmark's root folder (subtitles and other side files are found under it)
@@ -228,9 +237,101 @@ class Benchmark:
         benchmark without rubric questions has nothing to read in them)."""
         return Rubric(accuracy=None, details={})
 
+    def official_reader(self, sample: Sample) -> str | None:
+        """The official reader of ``sample``'s answers, or None (the robust reader reads them)."""
+        return self.official_readers.get(sample.problem_type)
+
     def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
         """Overall score and the benchmark's own breakdowns over ``samples`` (each has a result)."""
         return accuracy_summary(self.name, samples, results, self.breakdowns, macro_over=self.macro_over)
+
+    def summarise(
+        self, samples: Sequence[Sample], results: Mapping[str, ItemResult], reader: str = "official"
+    ) -> Summary:
+        """The summary under ``reader``'s protocol ("official": the official readers' accuracies over the
+        official denominator; "robust": the robust reader over every item), with ``robust_overall``,
+        ``unreadable`` and the official bookkeeping beside it."""
+        if reader not in READERS:
+            raise ValueError(f"unknown reader {reader!r}; known: {', '.join(READERS)}")
+        robust = {k: reader_view(r, "robust") for k, r in results.items()}
+        robust_summary = self.aggregate(samples, robust)
+        random_items = sorted(k for k, r in results.items() if _official(r).get("random"))
+        unreadable = sum(1 for s in samples if _official(results[s.id]).get("readable") is False)
+        details: dict[str, Any] = {
+            "official_reader": sorted({n for s in samples if (n := self.official_reader(s))}),
+            "official_random_items": random_items,
+        }
+        if reader == "robust":
+            main = robust_summary
+        else:
+            official = {k: reader_view(r, "official") for k, r in results.items()}
+            kept = [s for s in samples if self._officially_counted(results[s.id])]
+            details["official_left_out"] = len(samples) - len(kept)
+            main = self.aggregate(kept, official)
+            # the bookkeeping covers every sample, whatever the official denominator left out
+            items = [results[s.id] for s in samples]
+            main = main.model_copy(
+                update={
+                    "count": len(samples),
+                    "missing": [r.id for r in items if r.missing],
+                    "errors": {r.id: r.error for r in items if r.error},
+                    "judged": sum(1 for r in items if r.judged),
+                }
+            )
+            stale = sum(
+                1
+                for s in samples
+                if self.official_reader(s)
+                and not results[s.id].missing
+                and not _official(results[s.id])
+                and not results[s.id].error
+            )
+            notes = list(main.notes)
+            if details["official_left_out"]:
+                notes.append(
+                    f"{details['official_left_out']} items left out of the official denominator "
+                    f"({self.official_denominator} items only, as the official script counts)"
+                )
+            if stale:
+                notes.append(
+                    f"{stale} results were scored before official readers existed: their robust score "
+                    "stands in (re-score with `reelrl eval score`)"
+                )
+            main = main.model_copy(update={"notes": notes})
+        return main.model_copy(
+            update={
+                "reader": reader,
+                "robust_overall": robust_summary.overall,
+                "unreadable": unreadable,
+                "details": {**main.details, **details},
+            }
+        )
+
+    def _officially_counted(self, result: ItemResult) -> bool:
+        if self.official_denominator == "all":
+            return True
+        if result.missing or result.error:
+            return False
+        if self.official_denominator == "answered":
+            return True
+        return _official(result).get("readable", True) is not False
+
+
+READERS = ("official", "robust")
+
+
+def _official(result: ItemResult) -> dict[str, Any]:
+    return result.details.get("official") or {}
+
+
+def reader_view(result: ItemResult, reader: str) -> ItemResult:
+    """``result`` with the accuracy ``reader`` gave it (results carry both readers' accuracies; one
+    scored before official readers existed has only its own)."""
+    if reader == "robust":
+        accuracy = result.details.get("robust_accuracy", result.accuracy)
+    else:
+        accuracy = _official(result).get("accuracy", result.accuracy)
+    return result if accuracy == result.accuracy else result.model_copy(update={"accuracy": accuracy})
 
 
 def make_sample(fields: dict[str, Any], *, where: str) -> Sample:

@@ -42,6 +42,12 @@ class CharadesSTA(Benchmark):
             "the textual sentence: {question}. Please return its start time and end time."
         }
     )
+    official_readers = fixed({"temporal grounding": "charades_sta"})
+    official_source = (
+        "EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/charades_sta/utils.py · extract_time + "
+        "_temporal_grounding_compute_metrics (mIoU; R@k with IoU >= k; TimeChat metrics/tvg/eval_tvg.py "
+        "is the original)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

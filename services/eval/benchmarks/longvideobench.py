@@ -48,10 +48,17 @@ class LongVideoBench(Benchmark):
     prompt_options = ("subtitles",)
     templates = fixed(
         {
-            "prompt": "{question}\n{options}\n" + _ANSWER,
+            # longvideobench_dataset.py's __getitem__: "Question: " + question, the options, the instruction
+            "prompt": "Question: {question}\n{options}\n" + _ANSWER,
             # the official dataloader's text after the interleaved frames and cues
             "subtitles": "{subtitles}Question: {question}\n{options}\n" + _ANSWER,
         }
+    )
+    official_readers = fixed({"multiple choice": "longvideobench"})
+    official_source = (
+        "EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/longvideobench/utils.py · parse_multi_choice_response + "
+        "evaluate_longvideobench (the release ships a dataloader, no scorer; lmms-eval's parser is the "
+        "authors' own, per its docstring; accuracy over all items)"
     )
     breakdowns = fixed(
         {

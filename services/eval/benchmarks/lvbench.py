@@ -27,6 +27,12 @@ class LVBench(Benchmark):
     templates = fixed({"prompt": "{question}\n{options}\nAnswer the question with the option letter."})
     option_style = "({letter}) {text}"
     breakdowns = fixed({"question_type": "question_type", "video_type": "video_type"})
+    official_readers = fixed({"multiple choice": "lvbench"})
+    official_source = (
+        "THUDM/LVBench · lvbench/utils/answer_util.py · polish_answer + lvbench/metrics/compute_accuracy.py · "
+        "compute_accuracy (accuracy over the questions with an answer; per category, multi-label)"
+    )
+    official_denominator = "answered"
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

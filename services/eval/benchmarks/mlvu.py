@@ -113,12 +113,18 @@ class MLVU(Benchmark):
     )
     templates = fixed(
         {
-            "prompt": "Question: {question}\nOptions:\n{options}\nOnly give the best option.",
+            # choice_bench.py: the rstripped options, then "Only give the best option." with no newline
+            "prompt": "Question: {question}\nOptions:\n{options}Only give the best option.",
             "generation": "{question}",
         }
     )
     # the official prompt opens the answer; the model continues with the letter and ")"
     answer_prefix = "Best Option: ("
+    official_readers = fixed({"multiple choice": "mlvu"})
+    official_source = (
+        "JUNJIE99/MLVU · evaluation/multiple_choice_evaluation/choice_bench.py · check_ans + main "
+        "(accuracy per task; M-Avg the mean of tasks)"
+    )
     option_style = "({letter}) {text}"
     breakdowns = fixed({"task": "task"})
     macro_over = "task"

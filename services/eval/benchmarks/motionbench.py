@@ -30,6 +30,13 @@ class MotionBench(Benchmark):
         {"prompt": "{question}\n{options}\nAnswer with only the option letter (A, B, C, D, E, or F)."}
     )
     breakdowns = fixed({"question_type": "question_type", "video_type": "video_type"})
+    official_readers = fixed({"multiple choice": "motionbench"})
+    official_source = (
+        "THUDM/MotionBench · motionbench/utils/answer_util.py · polish_answer + "
+        "motionbench/metrics/compute_accuracy.py · compute_accuracy (accuracy over the questions with an "
+        "answer; per question_type)"
+    )
+    official_denominator = "answered"
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples, skipped = [], 0

@@ -49,6 +49,11 @@ TASK_FOLDERS = {
     "episodic_reasoning": "tvqa/frames_fps3_hq",
     "counterfactual_inference": "clevrer/video_validation",
 }
+_SYSTEM = (
+    "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
+    "movement of objects, and the action and pose of persons. Based on your observations, select the "
+    "best option that accurately addresses the question."
+)
 # Tasks whose "videos" are folders of frames, and the rate the frames were extracted at.
 FRAME_FOLDER_FPS = {"episodic_reasoning": 3.0}
 
@@ -81,12 +86,16 @@ class MVBench(Benchmark):
     annotations = ("json/*.json",)
     video = fixed({"fps": None, "nframes": 16})  # VideoChat2 / VLMEvalKit protocol: 16 frames
     Options = WindowOptions
-    system = (
-        "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
-        "movement of objects, and the action and pose of persons. Based on your observations, select the "
-        "best option that accurately addresses the question."
+    system = _SYSTEM
+    # infer_mvbench(system_llm=True): the system text (ending in a newline) also opens the user message
+    templates = fixed(
+        {"prompt": _SYSTEM + "\nQuestion: {question}\nOptions:\n{options}\nOnly give the best option."}
     )
-    templates = fixed({"prompt": "Question: {question}\nOptions:\n{options}\nOnly give the best option."})
+    official_readers = fixed({"multiple choice": "mvbench"})
+    official_source = (
+        "OpenGVLab/Ask-Anything · video_chat2/mvbench.ipynb · infer_mvbench + check_ans "
+        "(accuracy per task; the mean over the 20 tasks)"
+    )
     # VideoChat2's assistant turn opens the answer; the model continues with the letter and ")"
     answer_prefix = "Best option:("
     option_style = "({letter}) {text}"

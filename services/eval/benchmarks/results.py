@@ -46,3 +46,18 @@ class Summary(BaseModel):
     errors: dict[str, str] = Field(default_factory=dict, description="id → why it could not be scored (0)")
     judged: int = Field(0, description="items whose accuracy is an LLM judge's verdict")
     notes: list[str] = Field(default_factory=list)
+    reader: str = Field(
+        "official",
+        description="the reader `overall` uses: 'official' (the benchmark's own rule and aggregation) "
+        "or 'robust' (the reward library's reader, the one training rewards use)",
+    )
+    robust_overall: float | None = Field(
+        None, description="`overall` with the robust reader and plain aggregation (no official rules)"
+    )
+    unreadable: int = Field(0, description="answers the official reader could not read (scored wrong)")
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="official-protocol bookkeeping: `official_random_items` (items the official code "
+        "would guess at random; scored wrong here), `official_left_out` (items outside the official "
+        "denominator), `official_reader` (its names)",
+    )

@@ -52,6 +52,12 @@ class VideoMathQA(Benchmark):
             "mbin": _PROMPT.replace("{letters}", "A or B"),
         }
     )
+    official_readers = fixed({"multiple choice": "videomathqa"})
+    official_source = (
+        "EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/videomathqa/utils.py · extract_characters_regex + "
+        "videomathqa_mcq_aggregate_results / videomathqa_multi_binary_aggregate_results (the authors' lmms-eval task; MCQ "
+        "accuracy; a multi-binary question counts when all its rows are right)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

@@ -35,6 +35,12 @@ class VideoMME(Benchmark):
     # Qwen3-VL's official Video-MME settings (evaluation/VideoMME/infer_instruct.sh)
     video = fixed({"fps": 2.0, "min_frames": 4, "max_frames": 512})
     templates = fixed({"prompt": _INSTRUCTION})
+    official_readers = fixed({"multiple choice": "videomme"})
+    official_source = (
+        "BradyFU/Video-MME · evaluation/eval_your_results.py · extract_characters_regex + eval_your_results "
+        "(accuracy over the questions with a readable answer, per duration / category / task type)"
+    )
+    official_denominator = "readable"
     breakdowns = fixed(
         {
             "duration": "duration",

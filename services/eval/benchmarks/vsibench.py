@@ -47,6 +47,11 @@ class VSIBench(Benchmark):
             "or phrase.",
         }
     )
+    official_readers = fixed({"multiple choice": "vsibench_choice", "regression": "vsibench_number"})
+    official_source = (
+        "vision-x-nyu/thinking-in-space · lmms_eval/tasks/vsibench/utils.py · vsibench_process_results + "
+        "vsibench_aggregate_results (per question type; rel-direction merged; the mean of 8 task scores)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

@@ -88,7 +88,7 @@ def test_subtitles_follow_the_official_selection_rule(tmp_path):
         with_subs.prompt(third, "qwen2_5_vl", clip_meta=FRAMES)
     plain = get_benchmark("longvideobench", tmp_path)
     assert plain.prompt(first, "qwen2_5_vl", clip_meta=FRAMES) == (
-        f"What is on the table?\nA. a cup\nB. a book\nC. a phone\nD. a key\n{answer}"
+        f"Question: What is on the table?\nA. a cup\nB. a book\nC. a phone\nD. a key\n{answer}"
     )
     assert plain.prompt_version(first) != with_subs.prompt_version(first)
 

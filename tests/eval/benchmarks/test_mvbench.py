@@ -24,8 +24,8 @@ RESPONSES = {
     "action_sequence/0": "(A) Ate the medicine.",  # right
     "action_sequence/1": "A",  # wrong (B)
     "object_shuffle/0": "A",  # right
-    "object_shuffle/1": "Best option: (B)",  # right
-    "object_shuffle/2": "Under the third object.",  # right, by option text
+    "object_shuffle/1": "Best option: (B)",  # robust: right; check_ans: "(best" names no option
+    "object_shuffle/2": "Under the third object.",  # robust: right by option text; check_ans: no option
 }
 
 
@@ -36,20 +36,24 @@ def test_mean_over_tasks(tmp_path, evaluate):
     sample = out.by_id["action_sequence/1"]
     assert sample.videos == ("video/star/Charades_v1_480/4XYZB.mp4",)
     assert sample.options == ["A. Opened the door.", "B. Sat on the bed."] and sample.answer == "B"
-    # action_sequence 1/2 = 50, object_shuffle 3/3 = 100 → mean of tasks 75; micro 4/5 = 80
+    # official: action_sequence 1/2 = 50, object_shuffle 1/3 → mean of tasks 41.67; micro 2/5 = 40
     assert out.cell("task", "action_sequence") == pytest.approx(50.0)
-    assert out.cell("task", "object_shuffle") == pytest.approx(100.0)
-    assert out.summary.overall == pytest.approx(75.0)
-    assert out.summary.metrics["accuracy"] == pytest.approx(80.0)
+    assert out.cell("task", "object_shuffle") == pytest.approx(100 / 3)
+    assert out.summary.overall == pytest.approx((50.0 + 100 / 3) / 2)
+    assert out.summary.metrics["accuracy"] == pytest.approx(40.0)
+    # robust: object_shuffle 3/3 → mean of tasks 75
+    assert out.summary.robust_overall == pytest.approx(75.0)
+    assert out.summary.unreadable == 2
 
 
 def test_prompt_and_system_follow_videochat2(tmp_path):
     write_json(tmp_path / "json" / "action_sequence.json", SEQUENCE[1:])
     bench = get_benchmark("mvbench")
     (sample,) = bench.load(bench.find_annotations(tmp_path))
+    # infer_mvbench(system_llm=True): the system text and a newline open the user message too
     assert bench.prompt(sample, "qwen2_5_vl") == (
-        "Question: What did the person do first?\nOptions:\n(A) Opened the door.\n(B) Sat on the bed.\n"
-        "Only give the best option."
+        bench.system + "\nQuestion: What did the person do first?\nOptions:\n(A) Opened the door.\n"
+        "(B) Sat on the bed.\nOnly give the best option."
     )
     assert bench.system_prompt(sample).startswith("Carefully watch the video")
     assert bench.system_prompt(sample, thinking=True) is None

@@ -39,15 +39,20 @@ def test_parquet_rows_scored_with_duration_breakdown(tmp_path, evaluate):
     sample = out.by_id["001-1"]
     assert sample.videos == ("data/fFjv93ACGo8.mp4",)
     assert sample.answer == "C" and sample.extra("duration") == "short"
-    # 2 of 4 right
-    assert out.summary.overall == pytest.approx(50.0)
-    # short: 001-1 right, 001-2 wrong → 50; medium: 002-1 right → 100; long: 003-1 missing → 0
+    # eval_your_results.py divides by the questions with a readable answer: 2 right of 3 answered
+    assert out.summary.overall == pytest.approx(200 / 3)
+    assert out.summary.details["official_left_out"] == 1
+    # short: 001-1 right, 001-2 wrong → 50; medium: 002-1 right → 100; long: no answered question
     assert out.cell("duration", "short") == pytest.approx(50.0)
     assert out.cell("duration", "medium") == pytest.approx(100.0)
-    assert out.cell("duration", "long") == pytest.approx(0.0)
-    # Counting Problem: 001-1 right, 003-1 missing → 50
-    assert out.cell("task_type", "Counting Problem") == pytest.approx(50.0)
-    assert out.summary.missing == ["003-1"]
+    assert "long" not in out.summary.breakdowns["duration"]
+    assert out.cell("task_type", "Counting Problem") == pytest.approx(100.0)
+    assert out.summary.missing == ["003-1"] and out.summary.count == 4
+    # the robust figure divides by every question: 2 of 4
+    assert out.summary.robust_overall == pytest.approx(50.0)
+    robust = evaluate("videomme", tmp_path, RESPONSES, reader="robust")
+    assert robust.summary.overall == pytest.approx(50.0) and robust.summary.reader == "robust"
+    assert robust.cell("duration", "long") == pytest.approx(0.0)
 
 
 def test_official_nested_template_reads_the_same_questions(tmp_path, evaluate):
@@ -63,7 +68,7 @@ def test_official_nested_template_reads_the_same_questions(tmp_path, evaluate):
     write_json(tmp_path / "videomme.json", list(videos.values()))
     out = evaluate("videomme", tmp_path / "videomme.json", RESPONSES)
     assert [s.id for s in out.samples] == ["001-1", "001-2", "002-1", "003-1"]
-    assert out.summary.overall == pytest.approx(50.0)
+    assert out.summary.overall == pytest.approx(200 / 3)
 
 
 def test_prompt_is_the_official_one(tmp_path):
