@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.results import LoadWatch, add_load_argument, record
+
 FAMILY = "qwen2_5_vl"
 
 
@@ -150,7 +152,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per side (median reported)")
     parser.add_argument("--no-record", action="store_true", help="print only; leave bench/results.json alone")
+    add_load_argument(parser)
     args = parser.parse_args()
+    watch = LoadWatch.begin("bench_eval", args.allow_load)
 
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
         root = Path(tmp)
@@ -225,14 +229,13 @@ def main() -> None:
     assert fast["written"] == n == slow["scored"], "both sides must score every sample"
     if args.no_record:
         return
-    from bench.results import record
-
     record(
         {
             "eval_async_speedup": round(speedup, 2),
             "eval_samples_per_s": round(n / fast["wall_s"], 2),
             "eval_first_result_s": round(fast["first_s"], 2),
-        }
+        },
+        watch,
     )
 
 

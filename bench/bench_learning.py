@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.results import record
+from bench.results import LoadWatch, add_load_argument, record
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "tiny_cpu.yaml"
@@ -131,7 +131,9 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=400)
     parser.add_argument("--cache-steps", type=int, default=8)
     parser.add_argument("--only", default="mix,nomix,rl,cache")
+    add_load_argument(parser)
     args = parser.parse_args()
+    watch = LoadWatch.begin("bench_learning", args.allow_load)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     prepare(work)
@@ -187,7 +189,7 @@ def main() -> None:
     if curves:
         plot(curves, ROOT / "docs" / "learning_curves.png")
     print(json.dumps(figures, indent=2))
-    record(figures)
+    record(figures, watch)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from bench.results import record
+from bench.results import LoadWatch, add_load_argument, record
 from services.reward import RewardConfig, score_batch
 
 Item = tuple[dict[str, Any], str]
@@ -296,7 +296,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="HTTP load duration per concurrency level")
     parser.add_argument("--batch", type=int, default=16, help="items per HTTP request")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers of the served app")
+    add_load_argument(parser)
     args = parser.parse_args()
+    watch = LoadWatch.begin("bench_reward", args.allow_load)
 
     with one_core() as pinned:
         rates = bench_inprocess(args.items, args.repeats)
@@ -336,7 +338,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-    record(figures)
+    record(figures, watch)
     print("\nrecorded in bench/results.json:", ", ".join(sorted(figures)))
 
 

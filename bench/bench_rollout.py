@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.results import record
+from bench.results import LoadWatch, add_load_argument, record
 from services.common.frames import FrameStore, VideoParams, clip_key, decode_clip
 from services.common.frames.hashing import content_hash
 from services.common.frames.synthetic import make_video
@@ -59,7 +59,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pushes", type=int, default=5)
+    add_load_argument(parser)
     args = parser.parse_args()
+    watch = LoadWatch.begin("bench_rollout", args.allow_load)
 
     # 2 fps, at most 16 frames, frames within 64 merged patches (50,176 px): ~500 video tokens a clip
     params = VideoParams(
@@ -130,7 +132,8 @@ def main() -> None:
             "engine_startup_s": round(startup, 2),
             "weight_push_s": round(push_file, 4),
             "weight_push_bytes_s": round(push_bytes, 4),
-        }
+        },
+        watch,
     )
 
 

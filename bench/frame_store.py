@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.results import record
+from bench.results import LoadWatch, add_load_argument, record
 from services.common.frames import FrameStore, VideoParams, clip_key, decode_clip
 from services.common.frames.hashing import content_hash
 from services.common.frames.synthetic import make_video
@@ -162,7 +162,9 @@ def bench_scaling(n_clips: int, seconds: float) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    add_load_argument(parser)
     args = parser.parse_args()
+    watch = LoadWatch.begin("frame_store", args.allow_load)
     torch.set_num_threads(2)
     np.random.seed(0)
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -171,7 +173,7 @@ def main() -> None:
     figures.update(bench_decoders(10 if args.quick else 60))
     figures.update(bench_scaling(4 if args.quick else 10, 5 if args.quick else 20))
     if not args.quick:
-        record(figures)
+        record(figures, watch)
         print("recorded in bench/results.json")
 
 

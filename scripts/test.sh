@@ -2,15 +2,20 @@
 # The whole test suite, as CI runs it: builds or reuses the environment, makes sure Postgres and
 # Redis answer (starting them where this machine can), lints, then runs every test tier.
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/reward -x`).
+#   REELRL_TEST_TIER=quick  the everyday tier (`make test-quick`): unit and fast integration tests
+#   CI=true                 also runs the `twin` subset twice at once first: two test sessions on one
+#                           machine must not disturb each other (own Redis db, temp dir, segments)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 venv=$(scripts/bootstrap.sh)
 export PATH="$venv/bin:$PATH"
 bash scripts/services.sh
-# The status page tests drive the system Chromium (Playwright, no downloaded browser).
+# The status page tests drive the system Chromium (Playwright, no downloaded browser). Another
+# install may hold dpkg's lock (a fresh machine runs its own updates): wait for it instead of failing.
 if ! command -v chromium >/dev/null; then
-    (apt-get update && apt-get install -y chromium) >&2 || {
+    apt_wait=(-o DPkg::Lock::Timeout=600)
+    (apt-get "${apt_wait[@]}" update && apt-get "${apt_wait[@]}" install -y chromium) >&2 || {
         echo "chromium is missing and could not be installed (apt-get install chromium)" >&2
         exit 1
     }
@@ -18,4 +23,24 @@ fi
 ruff check services tests bench
 ruff format --check services tests bench
 # -p no:cacheprovider: CI runs from a clean clone; nothing to carry between runs.
-exec python -m pytest -p no:cacheprovider "$@"
+pytest=(python -m pytest -p no:cacheprovider)
+if [ "${REELRL_TEST_TIER:-full}" = quick ]; then
+    exec "${pytest[@]}" -m "not slow and not e2e" --durations=10 "$@"
+fi
+if [ "${CI:-}" = true ] && [ $# -eq 0 ]; then
+    echo "[test] two sessions side by side: the twin subset, twice at once" >&2
+    logs=$(mktemp -d)
+    "${pytest[@]}" -q -m twin >"$logs/a.log" 2>&1 & a=$!
+    "${pytest[@]}" -q -m twin >"$logs/b.log" 2>&1 & b=$!
+    status=0
+    wait "$a" || status=1
+    wait "$b" || status=1
+    tail -n 3 "$logs/a.log" "$logs/b.log" >&2
+    if [ "$status" -ne 0 ]; then
+        cat "$logs/a.log" "$logs/b.log" >&2
+        echo "[test] FAIL: the twin subset failed when run twice at once" >&2
+        exit 1
+    fi
+fi
+# The 15 slowest tests close the report, so a suite that grows shows where its time went.
+exec "${pytest[@]}" --durations=15 "$@"

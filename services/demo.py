@@ -9,7 +9,6 @@ task bodies the API's workers use), so the status page shows them as it would an
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -139,14 +138,36 @@ def serve(port: int) -> None:
 
 
 def demo_command(
-    folder: Path | None, steps: int, workers: int, no_serve: bool, port: int, videos: int
+    folder: Path | None,
+    steps: int,
+    workers: int,
+    no_serve: bool,
+    port: int,
+    videos: int,
+    verbose: bool = False,
 ) -> int:
-    """``videos``: task videos in the training split; the held-out split gets half as many."""
+    """``videos``: task videos in the training split; the held-out split gets half as many. Without
+    ``verbose`` the console shows only the demo's own lines: vLLM's, torch's and the workers' output
+    goes to ``<folder>/demo.log``, named at the end."""
+    global console
+    from services.common.console_capture import third_party_to_log
     from services.common.settings import get_settings
 
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     folder = (folder or get_settings().home / "demo").resolve()
+    log = folder / "demo.log"
+    if not verbose:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # all of it, into the log
+    with third_party_to_log(log, verbose=verbose) as terminal:
+        console = Console(file=terminal)
+        try:
+            return _run_demo(folder, steps, workers, no_serve, port, videos, log if not verbose else None)
+        finally:
+            console = Console(stderr=True)
+
+
+def _run_demo(
+    folder: Path, steps: int, workers: int, no_serve: bool, port: int, videos: int, log: Path | None
+) -> int:
     started = time.monotonic()
     _phase("1/5 synthetic task videos and a tiny random-weight Qwen2.5-VL")
     files = prepare_data(folder / "data", train_videos=videos, val_videos=max(1, videos // 2))
@@ -174,6 +195,8 @@ def demo_command(
         f"metrics: {escape(str(run_dir / 'metrics.jsonl'))}; curves: `reelrl serve api`; "
         f"whole demo {(time.monotonic() - started) / 60:.1f} min"
     )
+    if log is not None:
+        console.print(f"vLLM, torch and worker output: {escape(str(log))} (shown with --verbose)")
     if not no_serve:
         serve(port)
     return 0

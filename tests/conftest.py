@@ -2,21 +2,141 @@
 
 Postgres and Redis are part of the test environment (scripts/test.sh starts or checks them). A test
 that needs one and cannot reach it fails with the reason; nothing is skipped.
+
+Two test sessions may run side by side on one machine, so a session touches only what it made: its own
+temp folder (``TMPDIR``, which the processes it starts inherit), its own Redis database (claimed for
+the session, see :func:`_claim_redis_db`), a private Postgres schema per test, and leak checks that
+look at the segments its own processes map (:func:`own_shm_segments`).
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import shutil
 import socket
+import tempfile
+import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from services.common.settings import reset_settings_cache
 
 PG_BASE = os.environ.get("REELRL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-REDIS_BASE = os.environ.get("REELRL_TEST_REDIS", "redis://127.0.0.1:6379/15")
+REDIS_SERVER = "redis://127.0.0.1:6379"
+#: db 0 holds the sessions' claims; 1..15 are handed out, one per running session
+REDIS_DBS = range(1, 16)
+CLAIM_KEY = "reelrl-test:db-claim:{}"
+_session: dict[str, object] = {}
+#: a suite still running after this many seconds fails each remaining test at once, naming the budget:
+#: CI's 90 minutes (environment build included) would otherwise cut it off with no report at all
+SUITE_BUDGET_S = float(os.environ.get("REELRL_TEST_BUDGET_S", "3600"))
+_STARTED = time.monotonic()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    spent = time.monotonic() - _STARTED
+    if spent > SUITE_BUDGET_S:
+        pytest.fail(
+            f"the suite's time budget is spent ({spent:.0f} s > REELRL_TEST_BUDGET_S={SUITE_BUDGET_S:.0f}):"
+            f" {item.nodeid} was not run. See the slowest tests in the --durations report.",
+            pytrace=False,
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A short private temp folder (Ray's AF_UNIX socket paths must stay under 107 characters): files
+    # that this session's processes leave behind land here, not among another session's.
+    folder = tempfile.mkdtemp(prefix=f"rt{os.getpid()}-", dir="/tmp")
+    _session["tmpdir"] = folder
+    # torch's compiled-kernel cache would follow TMPDIR; it is safe to share, and a warm one saves
+    # every engine start minutes of compiling
+    os.environ.setdefault(
+        "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}")
+    )
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = None  # re-read TMPDIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    db = _session.pop("redis_db", None)
+    if db is not None:
+        import redis
+
+        client = redis.Redis.from_url(f"{REDIS_SERVER}/0")
+        try:
+            client.delete(CLAIM_KEY.format(db))
+        finally:
+            client.close()
+    folder = _session.pop("tmpdir", None)
+    if folder:
+        shutil.rmtree(str(folder), ignore_errors=True)
+
+
+def _claim_redis_db() -> int:
+    """A Redis database for this session alone: the first of 1..15 whose claim is free or belongs to a
+    process that no longer exists. The claim holds this process's PID and is deleted at the end."""
+    import redis
+
+    client = redis.Redis.from_url(f"{REDIS_SERVER}/0")
+    try:
+        me = str(os.getpid())
+        for db in REDIS_DBS:
+            key = CLAIM_KEY.format(db)
+            if client.set(key, me, nx=True):
+                return db
+            holder = client.get(key)
+            if holder is not None and not psutil.pid_exists(int(holder)):
+                # a session that died without releasing: take over only if nobody else just did
+                with client.pipeline() as pipe:
+                    try:
+                        pipe.watch(key)
+                        if pipe.get(key) == holder:
+                            pipe.multi()
+                            pipe.set(key, me)
+                            pipe.execute()
+                            return db
+                    except redis.WatchError:
+                        continue
+        pytest.fail(f"every Redis test database {REDIS_DBS.start}..{REDIS_DBS.stop - 1} is claimed")
+    finally:
+        client.close()
+
+
+def _redis_base() -> str:
+    if "REELRL_TEST_REDIS" in os.environ:
+        return os.environ["REELRL_TEST_REDIS"]
+    if "redis_db" not in _session:
+        _session["redis_db"] = _claim_redis_db()
+    return f"{REDIS_SERVER}/{_session['redis_db']}"
+
+
+def own_processes() -> list[psutil.Process]:
+    """This test process and every process it started, however deep (engines, Ray, workers)."""
+    me = psutil.Process()
+    try:
+        return [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return [me]
+
+
+def own_shm_segments() -> set[Path]:
+    """The /dev/shm files that this session's processes map now: what they created or share. Leak
+    checks compare these, never the whole of /dev/shm, which other sessions' engines also use."""
+    found: set[Path] = set()
+    for process in own_processes():
+        try:
+            maps = Path(f"/proc/{process.pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
+                found.add(Path(parts[5].removesuffix(" (deleted)")))
+    return found
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -69,14 +189,15 @@ def postgres_url(postgres_admin) -> str:
 
 @pytest.fixture
 def redis_url() -> str:
-    """A Redis database emptied before and after the test."""
+    """This session's Redis database, emptied before and after the test."""
     if not _reachable("127.0.0.1", 6379):
         pytest.fail("Redis is not reachable on 127.0.0.1:6379 (scripts/test.sh starts it)")
     import redis
 
-    client = redis.Redis.from_url(REDIS_BASE)
+    base = _redis_base()
+    client = redis.Redis.from_url(base)
     client.flushdb()
-    yield REDIS_BASE
+    yield base
     client.flushdb()
     client.close()
 
@@ -102,3 +223,9 @@ def video_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_video(root / "wide.mp4", seconds=3.0, fps=25, width=426, height=240)
     make_video(root / "tall.mp4", seconds=2.5, fps=24, width=240, height=352)
     return root
+
+
+@pytest.fixture(scope="session")
+def own_shm() -> object:
+    """``own_shm()``: the /dev/shm files this session's processes map now (see own_shm_segments)."""
+    return own_shm_segments

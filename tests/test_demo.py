@@ -33,7 +33,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "demo"
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "COLUMNS": "120"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"COLUMNS": "120"}
     run = subprocess.run(
         [sys.executable, "-m", "services.cli", "demo", "--no-serve", "--dir", str(folder),
          "--steps", str(STEPS), "--videos", str(VIDEOS), "--workers", "2"],
@@ -70,3 +70,11 @@ def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tm
     assert path == Path(train.result["output_dir"]) / "metrics.jsonl"
     steps = [json.loads(line)["step"] for line in path.read_text().splitlines()]
     assert steps == list(range(STEPS + 1))
+
+    # A clean console: vLLM's, torch's and the workers' output is in the log the demo names at the end.
+    log = Path(re.search(r"worker output: (\S+demo\.log)", output.replace("\n", "")).group(1))
+    logged = log.read_text()
+    assert "EngineCore" in logged or "vllm" in logged, logged[-2000:]
+    noise = ("INFO", "WARNING", "EngineCore", "Warning:", "warnings.warn", "Traceback", "tcmalloc", "NUMA")
+    shown = [line for line in output.splitlines() if any(word in line for word in noise)]
+    assert not shown, shown[:10]

@@ -19,6 +19,7 @@ from services.preprocess.local_workers import LocalWorkers
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+@pytest.mark.twin
 def test_redis_postgres_batch_and_duplicate_submission(services_env, data_dir, tmp_path, write_dataset):
     rows = [
         {"id": f"s{i}", "videos": [f"videos/{name}"]}

@@ -2,9 +2,10 @@
 one engine per family started on first use and shared (an engine start costs ~20 s here).
 
 Every engine is shut down at the end of the session, and its teardown asserts that it left nothing
-behind: no /dev/shm/psm_* segment created while it started, no private temp folder (which held its
-ZMQ socket and gloo rendezvous files), and no new socket, vllm_dist_* or psm_* entry in the real temp
-directory or /dev/shm.
+behind: none of the /dev/shm/psm_* segments its processes mapped, no private temp folder (which held
+its ZMQ socket and gloo rendezvous files), and no new socket, vllm_dist_* or psm_* entry in the
+session's temp directory. Only what this session's processes made is judged: other sessions' engines
+on the machine use /dev/shm too.
 """
 
 from __future__ import annotations
@@ -28,30 +29,21 @@ from services.common.tiny_models import build_tiny_model
 from services.rollout.config import EngineConfig, RolloutConfig
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl")
-SHM = Path("/dev/shm")
-
-
-def psm_segments() -> set[str]:
-    return {p.name for p in SHM.glob("psm_*")}
-
-
 LEFTOVER_PREFIXES = ("vllm_dist_", "psm_")
 
 
 def leftovers() -> set[str]:
-    """Entries of the real temp dir and /dev/shm that an engine must not leave: sockets (ZMQ ipc),
-    gloo rendezvous files and shared-memory segments."""
+    """Entries of the session's temp dir (tests/conftest.py gives each session its own TMPDIR) that
+    an engine must not leave: sockets (ZMQ ipc), gloo rendezvous files and shared-memory files."""
     found = set()
-    for folder in {Path(tempfile.gettempdir()), SHM}:
-        if not folder.is_dir():
+    folder = Path(tempfile.gettempdir())
+    for entry in folder.iterdir():
+        try:
+            is_socket = stat.S_ISSOCK(entry.lstat().st_mode)
+        except FileNotFoundError:  # removed between listing and stat
             continue
-        for entry in folder.iterdir():
-            try:
-                is_socket = stat.S_ISSOCK(entry.lstat().st_mode)
-            except FileNotFoundError:  # removed between listing and stat
-                continue
-            if is_socket or entry.name.startswith(LEFTOVER_PREFIXES):
-                found.add(str(entry))
+        if is_socket or entry.name.startswith(LEFTOVER_PREFIXES):
+            found.add(str(entry))
     return found
 
 
@@ -66,9 +58,19 @@ def small_config(**updates: Any) -> RolloutConfig:
 
 
 @pytest.fixture(scope="session")
-def shm_segments() -> Callable[[], set[str]]:
-    """``shm_segments()``: names of the /dev/shm/psm_* segments that exist now."""
-    return psm_segments
+def shm_segments(own_shm: Callable[[], set[Path]]) -> Callable[[], set[Path]]:
+    """``shm_segments()``: the /dev/shm/psm_* and vllm_dist_* files this session's processes map now.
+    A segment still on disk after its engine stopped is a leak (``leaked(segments)``)."""
+
+    def engine_segments() -> set[Path]:
+        return {path for path in own_shm() if path.name.startswith(LEFTOVER_PREFIXES)}
+
+    return engine_segments
+
+
+def leaked(segments: set[Path]) -> set[Path]:
+    """Those of ``segments`` that still exist: their engine is gone, so nobody will unlink them."""
+    return {path for path in segments if path.exists()}
 
 
 @pytest.fixture
@@ -140,9 +142,10 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> Clips:
 class EngineRegistry:
     """Starts engines on first request, shares them, and checks each one cleans up at shutdown."""
 
-    def __init__(self) -> None:
+    def __init__(self, segments: Callable[[], set[Path]]) -> None:
+        self._segments = segments
         self._engines: dict[str, Any] = {}
-        self._footprints: dict[str, tuple[set[str], Path]] = {}
+        self._footprints: dict[str, tuple[set[Path], Path]] = {}
         self._stoppers: dict[str, Callable[[], None]] = {}
         self._baseline: set[str] | None = None  # leftovers() before the first engine still running
 
@@ -150,10 +153,10 @@ class EngineRegistry:
         if name not in self._engines:
             if self._baseline is None:
                 self._baseline = leftovers()
-            before = psm_segments()
+            before = self._segments()
             engine = start()
             self._engines[name] = engine
-            self._footprints[name] = (psm_segments() - before, engine.temp_folder)
+            self._footprints[name] = (self._segments() - before, engine.temp_folder)
             self._stoppers[name] = (lambda: stop(engine)) if stop else engine.shutdown
         return self._engines[name]
 
@@ -164,9 +167,9 @@ class EngineRegistry:
         for name, stop in stoppers.items():
             stop()
             segments, private = self._footprints[name]
-            leaked = segments & psm_segments()
-            if leaked:
-                problems.append(f"engine {name} left shared-memory segments {sorted(leaked)}")
+            left = leaked(segments)
+            if left:
+                problems.append(f"engine {name} left shared-memory segments {sorted(map(str, left))}")
             if private.exists():
                 problems.append(f"engine {name} left its temp folder {private}: {sorted(private.iterdir())}")
         if self._baseline is not None:
@@ -181,10 +184,10 @@ _registry: EngineRegistry | None = None
 
 
 @pytest.fixture(scope="session")
-def engine_registry(loop_thread: LoopThread) -> Iterator[EngineRegistry]:
+def engine_registry(loop_thread: LoopThread, shm_segments) -> Iterator[EngineRegistry]:
     # depends on loop_thread so that the loop outlives every engine (async ones shut down on it)
     global _registry
-    _registry = EngineRegistry()
+    _registry = EngineRegistry(shm_segments)
     yield _registry
     problems = _registry.shutdown_all()
     assert not problems, "; ".join(problems)

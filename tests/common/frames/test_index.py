@@ -18,7 +18,7 @@ from services.common.frames.index import (
     request_clip,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.twin]
 
 META = {
     "num_frames": 4,

@@ -1,0 +1,65 @@
+"""Two test sessions on one machine keep apart (tests/conftest.py): each claims its own Redis database
+and temp folder, and a suite past its time budget fails the tests it did not reach, saying why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import redis
+
+pytestmark = pytest.mark.twin
+ROOT = Path(__file__).resolve().parents[1]
+CHILD_OUT = "REELRL_TEST_CHILD_OUT"
+
+
+def claim_holder(db: int) -> bytes | None:
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        return client.get(f"reelrl-test:db-claim:{db}")
+    finally:
+        client.close()
+
+
+def child_session(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "REELRL_TEST_REDIS"} | env
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_each_session_claims_its_own_redis_database_and_temp_folder(redis_url, tmp_path):
+    db = int(redis_url.rsplit("/", 1)[1])
+    assert claim_holder(db) == str(os.getpid()).encode(), "the session's database is claimed by this process"
+    assert Path(tempfile.gettempdir()).name.startswith(f"rt{os.getpid()}-")
+    if os.environ.get(CHILD_OUT):  # the second session started below: report what it was given
+        Path(os.environ[CHILD_OUT]).write_text(f"{redis_url}\n{tempfile.gettempdir()}")
+        return
+    out = tmp_path / "child.txt"
+    child = child_session(f"{__file__}::{test_each_session_claims_its_own_redis_database_and_temp_folder.__name__}",
+                          **{CHILD_OUT: str(out)})  # fmt: skip
+    assert child.returncode == 0, child.stdout + child.stderr
+    child_url, child_tmp = out.read_text().splitlines()
+    assert child_url != redis_url, "a second session on the machine got this session's Redis database"
+    assert child_tmp != tempfile.gettempdir()
+    child_db = int(child_url.rsplit("/", 1)[1])
+    assert claim_holder(child_db) is None, "the finished session released its database"
+    assert not Path(child_tmp).exists(), "the finished session removed its temp folder"
+    assert claim_holder(db) == str(os.getpid()).encode(), "and this session still holds its own"
+
+
+def test_a_suite_past_its_time_budget_fails_the_tests_it_did_not_reach():
+    child = child_session("tests/common/test_coords.py", REELRL_TEST_BUDGET_S="0")
+    assert child.returncode == 1, child.stdout + child.stderr
+    assert "the suite's time budget is spent" in child.stdout
+    assert "REELRL_TEST_BUDGET_S=0" in child.stdout
+    assert " passed" not in child.stdout.splitlines()[-1]
