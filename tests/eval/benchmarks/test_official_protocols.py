@@ -1,0 +1,227 @@
+"""Each benchmark's official protocol end to end: its official file format, 17 responses that tell the
+rules apart, and headline figures computed by hand from the official reader and aggregation (the
+per-response readings, with their citations, are in tests/reward/official/test_readers.py).
+
+The responses (options A-D, truth B) and how many each official rule gets right:
+
+    B · (B) · B. blue · The answer is B · blue · b · **B** · B or C · "" · <think>…</think>B ·
+    Answer: B · B) blue · I think it is B. · C · Based on the video, B. · " B" · (b)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.eval.conftest import write_json, write_jsonl, write_parquet
+from tests.reward.official.test_readers import RESPONSES
+
+N = len(RESPONSES)  # 17
+TEXTS = ["red", "blue", "green", "gray"]
+LETTERED = [f"{chr(65 + i)}. {t}" for i, t in enumerate(TEXTS)]
+
+
+def by_index(prefix: str) -> dict[str, str]:
+    return {f"{prefix}{i}": r for i, r in enumerate(RESPONSES)}
+
+
+def official_right(out) -> int:
+    return sum(int(r.accuracy == 1.0) for r in out.results.values())
+
+
+def test_videomme(tmp_path, evaluate):
+    # BradyFU/Video-MME evaluation/eval_your_results.py: extract_characters_regex, accuracy over the
+    # questions with a readable answer. Right: B, (B), B. blue, The answer is B, **B**, B or C,
+    # B) blue, I think it is B., Based on… ("B" of "Based"), " B" = 10; unreadable: blue, b, "", (b) = 4
+    rows = [
+        {"video_id": f"{i:03d}", "duration": "short" if i < 9 else "long", "domain": "Knowledge",
+         "sub_category": "Astronomy", "url": "", "videoID": f"vid{i:08d}", "question_id": f"{i:03d}-1",
+         "task_type": "Counting Problem", "question": "Which colour?", "options": LETTERED, "answer": "B"}
+        for i in range(N)
+    ]  # fmt: skip
+    write_parquet(tmp_path / "videomme" / "test-00000-of-00001.parquet", rows)
+    responses = {f"{i:03d}-1": r for i, r in enumerate(RESPONSES)}
+    out = evaluate("videomme", tmp_path, responses)
+    assert official_right(out) == 10 and out.summary.unreadable == 4
+    assert out.summary.overall == pytest.approx(100 * 10 / 13)
+    # short = items 0-8: right 0,1,2,3,6,7 of answered 0,1,2,3,6,7 (4, 5, 8 unreadable) → 100
+    assert out.cell("duration", "short") == pytest.approx(100.0)
+    # robust: all but "B or C" (a hedge), "" and "C" → 14 of 17, over every question
+    assert out.summary.robust_overall == pytest.approx(100 * 14 / 17)
+    assert out.summary.details["official_left_out"] == 4
+
+
+def test_videomme_subtitles_shares_the_protocol(tmp_path, evaluate):
+    from services.eval.benchmarks import get_benchmark
+
+    assert get_benchmark("videomme_subtitles").official_readers == get_benchmark("videomme").official_readers
+    assert get_benchmark("videomme_subtitles").official_denominator == "readable"
+
+
+def test_mvbench(tmp_path, evaluate):
+    # OpenGVLab/Ask-Anything video_chat2/mvbench.ipynb: "(" + the first line, check_ans on its first
+    # word. Right: B, (B), B. blue, b, B or C, B) blue, " B", (b) = 8 of 17; unreadable: The answer…,
+    # blue, **B**, "", <think>…, Answer: B, Based… = 7. One task: the mean of tasks is its accuracy.
+    rows = [
+        {"video": f"v{i}.mp4", "question": "Which colour?", "candidates": TEXTS, "answer": "blue"}
+        for i in range(N)
+    ]
+    write_json(tmp_path / "json" / "action_antonym.json", rows)
+    out = evaluate("mvbench", tmp_path, by_index("action_antonym/"))
+    assert official_right(out) == 8 and out.summary.unreadable == 7
+    assert out.summary.overall == pytest.approx(100 * 8 / 17)
+    assert out.summary.robust_overall > out.summary.overall
+
+
+def test_mlvu(tmp_path, evaluate):
+    # JUNJIE99/MLVU evaluation/multiple_choice_evaluation/choice_bench.py check_ans: the character
+    # before the first ")" (else the whole answer) equal to "B". Right: B, (B), B) blue = 3 of 17;
+    # M-Avg over the two tasks: plotQA items 0-8 (B, (B) → 2/9), needle items 9-16 (B) blue → 1/8)
+    plot = [{"video": f"p{i}.mp4", "duration": 100, "question": "Which colour?", "candidates": TEXTS,
+             "answer": "blue", "question_type": "plotQA"} for i in range(9)]  # fmt: skip
+    needle = [{"video": f"n{i}.mp4", "duration": 100, "question": "Which colour?", "candidates": TEXTS,
+               "answer": "blue", "question_type": "findNeedle"} for i in range(N - 9)]  # fmt: skip
+    write_json(tmp_path / "json" / "1_plotQA.json", plot)
+    write_json(tmp_path / "json" / "2_needle.json", needle)
+    responses = {f"1_plotQA/{i}": r for i, r in enumerate(RESPONSES[:9])}
+    responses |= {f"2_needle/{i}": r for i, r in enumerate(RESPONSES[9:])}
+    out = evaluate("mlvu", tmp_path, responses)
+    assert official_right(out) == 3 and out.summary.unreadable == 1  # only "" reads as nothing
+    assert out.summary.overall == pytest.approx((100 * 2 / 9 + 100 * 1 / 8) / 2)
+
+
+def test_mlvu_prompt_puts_the_instruction_right_after_the_options(tmp_path):
+    from services.eval.benchmarks import get_benchmark
+
+    write_json(tmp_path / "json" / "1_plotQA.json", [{"video": "p.mp4", "duration": 1, "question": "Q?",
+               "candidates": ["x", "y"], "answer": "x", "question_type": "plotQA"}])  # fmt: skip
+    bench = get_benchmark("mlvu")
+    (sample,) = bench.load(bench.find_annotations(tmp_path))
+    # choice_bench.py: qa_template rstrips the options, then + "Only give the best option."
+    assert (
+        bench.prompt(sample, "qwen2_5_vl")
+        == "Question: Q?\nOptions:\n(A) x\n(B) y" + "Only give the best option."
+    )
+
+
+def _lvbench_line(key: str, qas: list[dict]) -> dict:
+    return {"key": key, "type": "cartoon", "video_info": {"duration_minutes": 1.0}, "qa": qas}
+
+
+def test_lvbench(tmp_path, evaluate):
+    # THUDM/LVBench lvbench/utils/answer_util.py polish_answer + metrics/compute_accuracy.py: the
+    # first character of the first word (after "(", before ")"), case-sensitive; only questions with
+    # an answer are counted. Right: B, (B), B. blue, B or C, B) blue, Based…, " B" = 7 of 17; an 18th
+    # question without a prediction is left out of the denominator.
+    question = "Which colour?\n(A) red\n(B) blue\n(C) green\n(D) gray"
+    qas = [
+        {"uid": str(i), "question": question, "answer": "B", "question_type": ["reasoning"]}
+        for i in range(N + 1)
+    ]
+    write_jsonl(tmp_path / "video_info.meta.jsonl", [_lvbench_line("k", qas)])
+    out = evaluate("lvbench", tmp_path, by_index("k/"))
+    assert official_right(out) == 7 and out.summary.unreadable == 1  # "" only
+    assert out.summary.overall == pytest.approx(100 * 7 / 17)
+    assert out.cell("question_type", "reasoning") == pytest.approx(100 * 7 / 17)
+    assert out.summary.missing == [f"k/{N}"] and out.summary.details["official_left_out"] == 1
+    assert out.summary.robust_overall == pytest.approx(100 * 14 / 18)
+
+
+def test_motionbench(tmp_path, evaluate):
+    # THUDM/MotionBench motionbench/utils/answer_util.py polish_answer (LVBench's rule); answered only
+    question = "Which colour?\nA. red\nB. blue\nC. green\nD. gray"
+    qas = [{"uid": f"u{i}", "question": question, "answer": "B"} for i in range(N)]
+    line = {
+        "key": "k",
+        "video_path": "k.mp4",
+        "video_type": "MedVid",
+        "question_type": "Camera Motion",
+        "qa": qas,
+    }
+    write_jsonl(tmp_path / "video_info.meta.jsonl", [line])
+    out = evaluate("motionbench", tmp_path, by_index("u"))
+    assert official_right(out) == 7
+    assert out.summary.overall == pytest.approx(100 * 7 / 17)
+
+
+def test_vsibench(tmp_path, evaluate):
+    # vision-x-nyu/thinking-in-space lmms_eval/tasks/vsibench/utils.py: fuzzy_matching (first word,
+    # trailing "." removed), exact_match in any case; numbers float(first word) scored by MRA; the mean
+    # of the task scores. MC (route_planning) right: B, B. blue, b, B or C = 4 of 17.
+    mc = [{"id": i, "dataset": "scannet", "scene_name": "s", "question_type": "route_planning",
+           "question": "Which turn?", "ground_truth": "B", "options": LETTERED} for i in range(N)]  # fmt: skip
+    numbers = ["4", "4.", "4 tables", "four", "about 4", "3", "4m", "<think>4</think>4"]
+    na = [{"id": 100 + i, "dataset": "scannet", "scene_name": "s", "question_type": "object_counting",
+           "question": "How many?", "ground_truth": "4", "options": None} for i in range(len(numbers))]  # fmt: skip
+    write_parquet(tmp_path / "test-00000-of-00001.parquet", mc + na)
+    responses = {str(i): r for i, r in enumerate(RESPONSES)} | {
+        str(100 + i): r for i, r in enumerate(numbers)
+    }
+    out = evaluate("vsibench", tmp_path, responses)
+    route = 100 * 4 / 17
+    # counting: 4, 4., 4 tables → 1; 3 → MRA 0.6 (error 0.25 passes θ = 0.50…0.75); the rest 0 → 3.6 / 8
+    counting = 100 * 3.6 / 8
+    assert out.cell("task", "route_planning") == pytest.approx(route)
+    assert out.cell("task", "object_counting") == pytest.approx(counting)
+    assert out.summary.overall == pytest.approx((route + counting) / 2)
+    # unreadable: "" and " B" (MC; the first word of " B" is empty), four, about 4, 4m, <think>… (numbers)
+    assert out.summary.unreadable == 6
+
+
+def test_longvideobench(tmp_path, evaluate):
+    # lmms-eval lmms_eval/tasks/longvideobench/utils.py parse_multi_choice_response (the authors'
+    # parser; the release has no scorer): first capital A-E after the fixed phrase list, else a random
+    # choice, here counted wrong. Right: B, (B), B. blue, The answer is B, **B**, B or C, B) blue,
+    # I think it is B., Based…, " B" = 10; random: blue, b, "", (b) = 4.
+    items = [{"video_id": f"v{i}", "question": "Which colour?", "candidates": TEXTS, "correct_choice": 1,
+              "id": f"q{i}", "video_path": f"v{i}.mp4", "duration_group": 15, "question_category": "S2E",
+              "topic_category": "KS", "level": "L1"} for i in range(N)]  # fmt: skip
+    write_json(tmp_path / "lvb_val.json", items)
+    out = evaluate("longvideobench", tmp_path, by_index("q"))
+    assert official_right(out) == 10
+    assert out.summary.overall == pytest.approx(100 * 10 / 17)
+    assert len(out.summary.details["official_random_items"]) == 4 and out.summary.unreadable == 4
+
+
+def test_videomathqa(tmp_path, evaluate):
+    # lmms-eval lmms_eval/tasks/videomathqa/utils.py extract_characters_regex (Video-MME's, A-E): the
+    # same 10 right as Video-MME, but every question counts (videomathqa_mcq_aggregate_results)
+    rows = [{"videoID": f"v{i}", "question_id": i, "category": "Counting", "question": "Which colour?",
+             "options": [*LETTERED, "E. pink"], "answer": "B", "steps": "[]", "length": "short"}
+            for i in range(N)]  # fmt: skip
+    write_parquet(tmp_path / "mcq" / "test-00000-of-00001.parquet", rows)
+    out = evaluate("videomathqa", tmp_path, by_index("mcq/"))
+    assert official_right(out) == 10
+    assert out.summary.overall == pytest.approx(100 * 10 / 17)
+
+
+CHARADES = [
+    ("The event happens in the 4.0 - 10.0 seconds.", 1.0),
+    ("Start time: 4.2 seconds\nEnd time: 9.8 seconds", 5.6 / 6),
+    ("Starting time: 4\nEnding time: 10", 1.0),
+    ("The event happens in the 10 - 4 seconds.", 1.0),  # swapped
+    ("from 4 to 10 seconds", 1.0),
+    ("3.0 - 7.5 seconds, or 10 - 12 seconds", 3.5 / 7),  # the first: ∩ [4, 7.5], span [3, 10]
+    ("00:04 - 00:10", 1.0),
+    ("4s - 10s", 1.0),
+    ("The start time for this event is 0 seconds, and the end time is 12 seconds.", 0.0),  # one number
+    ("start: 3.0s, end: 7.5s", 0.0),  # one sentence: one number
+    ("[4.0, 10.0]", 0.0),
+    ("I cannot tell.", 0.0),
+    ("", 0.0),
+    ("<think>maybe 1 - 2</think>The event happens in 4 - 10 seconds.", 0.0),  # [1, 2] is first: ∩ 0
+    ("The event happens in 0 - 30 seconds.", 6 / 30),
+]
+
+
+def test_charades_sta(tmp_path, evaluate):
+    # lmms-eval lmms_eval/tasks/charades_sta/utils.py extract_time + _temporal_grounding_compute_metrics:
+    # mIoU and R@k (IoU >= k) over every query
+    lines = "".join(f"V{i:04d} 4.0 10.0##a person opens a door.\n" for i in range(len(CHARADES)))
+    (tmp_path / "charades_sta_test.txt").write_text(lines)
+    responses = {f"charades_sta_test/{i}": r for i, (r, _) in enumerate(CHARADES)}
+    out = evaluate("charades_sta", tmp_path, responses)
+    ious = [iou for _, iou in CHARADES]
+    for i, iou in enumerate(ious):
+        assert out.results[f"charades_sta_test/{i}"].accuracy == pytest.approx(iou), CHARADES[i][0]
+    assert out.summary.overall == pytest.approx(100 * sum(ious) / len(ious))
+    assert out.summary.metrics["R@0.5"] == pytest.approx(100 * sum(v >= 0.5 for v in ious) / len(ious))

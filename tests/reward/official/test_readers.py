@@ -1,0 +1,150 @@
+"""Official readers against hand-read expectations: what each benchmark's released rule reads from the
+same responses (options A-D, truth B). `None` means the official code finds no answer; "?" that it
+draws a random option (scored wrong here). Each column cites the rule it follows (see the reader's
+``source``); the robust reader's reading is in the last column for contrast."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.reward import score
+from services.reward.official import get_official_reader, official_reader_names, score_official
+from services.reward.sample import RewardSample
+
+MC = {
+    "problem_type": "multiple choice",
+    "answer": "B",
+    "options": ["A. red", "B. blue", "C. green", "D. gray"],
+}
+THINK = "<think>A seems likely... no, B</think>B"
+RESPONSES = [
+    "B", "(B)", "B. blue", "The answer is B", "blue", "b", "**B**", "B or C", "", THINK,
+    "Answer: B", "B) blue", "I think it is B.", "C", "Based on the video, B.", " B", "(b)",
+]  # fmt: skip
+# Video-MME extract_characters_regex: answer phrases removed (case-sensitive), first capital A-D anywhere
+VIDEOMME = ["B", "B", "B", "B", None, None, "B", "B", None, "A", "A", "B", "B", "C", "B", "B", None]
+# MVBench infer_mvbench + check_ans: "(" + first line, first space word lowercased, "(x" or "(x)…"
+MVBENCH = ["B", "B", "B", None, None, "B", None, "B", None, None, None, "B", "I", "C", None, "B", "B"]
+# MLVU check_ans: the character before the first ")", else the whole answer; compared case-sensitively
+MLVU = [
+    "B", "B", "B. blue", "The answer is B", "blue", "b", "**B**", "B or C", None, THINK,
+    "Answer: B", "B", "I think it is B.", "C", "Based on the video, B.", " B", "b",
+]  # fmt: skip
+# LVBench / MotionBench polish_answer: before ")", after "(", first word's first character
+POLISH = ["B", "B", "B", "T", "b", "b", "*", "B", None, "<", "A", "B", "I", "C", "B", "B", "b"]
+# VSI-Bench fuzzy_matching: first space-separated word, trailing "." removed (compared in any case)
+VSI = ["B", "(B)", "B", "THE", "BLUE", "B", "**B**", "B", None, "<THINK>A", "ANSWER:", "B)", "I", "C", "BASED", None,
+       "(B)"]  # fmt: skip
+# lmms-eval LongVideoBench parse_multi_choice_response: fixed phrase list, first capital A-E, else random
+LVB = ["B", "B", "B", "B", "?", "?", "B", "B", "?", "A", "A", "B", "B", "C", "B", "B", "?"]
+# the robust reader (training rewards): option text, lowercase letters, phrases; hedges read as nothing
+ROBUST = ["B", "B", "B", "B", "B", "B", "B", None, None, "B", "B", "B", "B", "C", "B", "B", "B"]
+
+COLUMNS = {
+    "videomme": VIDEOMME,
+    "mvbench": MVBENCH,
+    "mlvu": MLVU,
+    "lvbench": POLISH,
+    "motionbench": POLISH,
+    "vsibench_choice": VSI,
+    "longvideobench": LVB,
+}
+CASES = [(name, r, col[i]) for name, col in COLUMNS.items() for i, r in enumerate(RESPONSES)]
+
+
+@pytest.mark.parametrize(("reader", "response", "expected"), CASES)
+def test_choice_readers(reader, response, expected):
+    read = get_official_reader(reader).read(response, "", RewardSample.model_validate(MC))
+    if expected == "?":
+        assert read.value is None and read.random
+    else:
+        assert read.value == expected and not read.random
+    result = score_official(reader, MC, response)
+    # right exactly when the reader's value is the truth's letter as the official code compares it
+    assert result.accuracy == (1.0 if expected == "B" else 0.0)
+    assert result.readable == (expected not in (None, "?"))
+
+
+@pytest.mark.parametrize(("response", "expected"), list(zip(RESPONSES, ROBUST, strict=True)))
+def test_the_robust_reader_reads_more(response, expected):
+    assert score(MC, response).extracted == expected
+
+
+def test_videomme_variant_letters_and_concatenated_phrases():
+    # videomathqa: letters A-E; both keep the released list, whose missing commas join two phrases, so
+    # "The best option is E" keeps its "T…" (no capital A-E in "The best option is") and reads E
+    five = {**MC, "options": [*MC["options"], "E. pink"], "answer": "E"}
+    assert score_official("videomathqa", five, "The best option is E").accuracy == 1.0
+    assert score_official("videomme", five, "E").readable is False
+    # "Best option: C": the released list never removes "Best option:" alone, so its "B" is read
+    assert score_official("videomme", MC, "Best option: C").extracted == "B"
+
+
+VSI_NA = {"problem_type": "regression", "answer": "4"}
+
+
+@pytest.mark.parametrize(
+    ("response", "accuracy", "readable"),
+    [
+        ("4", 1.0, True),
+        ("4.", 1.0, True),  # trailing dot stripped
+        ("4 tables", 1.0, True),  # first word
+        ("4.0", 1.0, True),
+        ("3", 0.6, True),  # error 0.25 ≤ 1-θ for θ = 0.50 … 0.75: 6 of 10 thresholds
+        ("3.8", 1.0, True),  # error 0.05 ≤ 1-θ up to θ = 0.95: all 10
+        ("four", 0.0, False),  # no float
+        ("about 4", 0.0, False),
+        ("4m", 0.0, False),
+        ("**4**", 0.0, False),
+        ("", 0.0, False),
+        ("<think>count</think>4", 0.0, False),
+    ],
+)
+def test_vsibench_numbers(response, accuracy, readable):
+    result = score_official("vsibench_number", VSI_NA, response)
+    assert (result.accuracy, result.readable) == (pytest.approx(accuracy), readable)
+
+
+TG = {"problem_type": "temporal grounding", "answer": [4.0, 10.0]}
+
+
+@pytest.mark.parametrize(
+    ("response", "interval"),
+    [
+        ("The event happens in the 4.0 - 10.0 seconds.", [4.0, 10.0]),
+        ("Start time: 4.2 seconds\nEnd time: 9.8 seconds", [4.2, 9.8]),  # each line's first number
+        ("Starting time: 4\nEnding time: 10", [4.0, 10.0]),
+        ("The event happens in the 10 - 4 seconds.", [4.0, 10.0]),  # swapped
+        ("from 4 to 10 seconds", [4.0, 10.0]),  # "to" becomes "-"
+        ("3.0 - 7.5 seconds, or 10 - 12 seconds", [3.0, 7.5]),  # the first
+        ("00:04 - 00:10", [4.0, 10.0]),  # clock range
+        ("4s - 10s", [4.0, 10.0]),  # the last rule: numbers with "s"
+        # one sentence holding both times: only its first number counts, so no pair (lmms-eval and
+        # TimeChat alike); the robust reader reads these
+        ("The start time for this event is 0 seconds, and the end time is 12 seconds.", None),
+        ("start: 3.0s, end: 7.5s", None),
+        ("[4.0, 10.0]", None),  # no range dash, no keyword: one number per sentence
+        ("I cannot tell.", None),
+        ("", None),
+    ],
+)
+def test_charades_extract_time(response, interval):
+    result = score_official("charades_sta", TG, response)
+    assert result.extracted == interval
+    if interval is None:
+        assert result.accuracy == 0.0 and not result.readable
+
+
+def test_official_iou_is_overlap_over_the_joint_span():
+    # [4.2, 9.8] against [4, 10]: overlap 5.6 over the span 6
+    assert score_official("charades_sta", TG, "Start time: 4.2\nEnd time: 9.8").accuracy == pytest.approx(
+        5.6 / 6
+    )
+
+
+def test_every_reader_names_its_source():
+    for name in official_reader_names():
+        reader = get_official_reader(name)
+        assert reader.source.count(" · ") >= 2 and reader.rule, name
+    with pytest.raises(KeyError, match="unknown official reader"):
+        get_official_reader("nope")
