@@ -76,11 +76,14 @@ def demo(
     workers: int = typer.Option(2, min=1, help="Preprocessing worker processes."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Do not serve the status page at the end."),
     port: int = typer.Option(8000, help="Port of the status page."),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Show vLLM's, torch's and the workers' output (default: only in demo.log)."
+    ),
 ) -> None:
     """The whole pipeline on embedded defaults: data → frame store → eval → GRPO → eval → status page."""
     from services.demo import demo_command
 
-    raise typer.Exit(demo_command(folder, steps, workers, no_serve, port, videos))
+    raise typer.Exit(demo_command(folder, steps, workers, no_serve, port, videos, verbose))
 
 
 @app.command("make-sample-data")
@@ -193,13 +196,16 @@ def worker_preprocess_jobs(concurrency: int = typer.Option(4, "-c", "--concurren
 
 @serve_app.command("api")
 def serve_api(
-    host: str = typer.Option("127.0.0.1", help="Interface to bind (tokens are required off loopback)."),
-    port: int = typer.Option(8000, help="Port to bind."),
+    host: str = typer.Option(
+        None,
+        help="Interface to bind (default: REELRL_API_HOST, else 127.0.0.1; tokens are required off loopback).",
+    ),
+    port: int = typer.Option(None, help="Port to bind (default: REELRL_API_PORT, else 8000)."),
 ) -> None:
     """The jobs API and status page (REST + server-sent events)."""
     from services.api.cli import serve_api as run
 
-    run(host=host, port=port)
+    raise typer.Exit(run(host=host, port=port))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -207,7 +213,12 @@ def submit(
     ctx: typer.Context,
     kind: str = typer.Argument(..., help="preprocess, train or eval."),
     config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML or JSON job config."),
-    key: str = typer.Option(None, "--key", help="Idempotency key: resubmitting it names the same job."),
+    key: str = typer.Option(
+        None,
+        "--key",
+        help="Idempotency key: resubmitting it names the same job (default: a new one, reused when the "
+        "submit is sent again after a timeout).",
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Show progress until the job ends."),
     max_retries: int = typer.Option(
         None,
@@ -229,16 +240,18 @@ def status(
     kind: str = typer.Option(None, help="List only this kind."),
     state: str = typer.Option(None, help="List only this state."),
     as_json: bool = typer.Option(False, "--json", help="Print the API's JSON."),
+    limit: int = typer.Option(50, min=1, max=500, help="List at most this many jobs (newest first)."),
+    offset: int = typer.Option(0, min=0, help="Skip this many of the newest jobs (the next page)."),
 ) -> None:
     """Jobs and their progress, from the API (REELRL_API_URL, REELRL_API_TOKEN)."""
     from services.api.cli import status_command
 
-    raise typer.Exit(status_command(job_id, follow, kind, state, as_json))
+    raise typer.Exit(status_command(job_id, follow, kind, state, as_json, limit, offset))
 
 
 @token_app.command("create")
 def token_create(
-    scopes: str = typer.Option(..., help="Comma-separated: read, submit, admin."),
+    scopes: str = typer.Option(..., help="Comma-separated: read, submit, admin, metrics (/metrics only)."),
     name: str = typer.Option(None, help="A name to revoke it by (default: generated)."),
 ) -> None:
     """Create a token and print it once."""

@@ -66,11 +66,17 @@ def parse_sse(lines: Iterator[str]) -> Iterator[ServerEvent]:
 
 
 class ApiClient:
-    def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.url = (url or os.environ.get("REELRL_API_URL") or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("REELRL_API_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
 
     def __enter__(self) -> ApiClient:
         return self
@@ -110,8 +116,11 @@ class ApiClient:
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}")
 
-    def jobs(self, kind: str | None = None, state: str | None = None, limit: int = 50) -> dict[str, Any]:
-        params = {k: v for k, v in {"kind": kind, "state": state, "limit": limit}.items() if v is not None}
+    def jobs(
+        self, kind: str | None = None, state: str | None = None, limit: int = 50, offset: int = 0
+    ) -> dict[str, Any]:
+        given = {"kind": kind, "state": state, "limit": limit, "offset": offset or None}
+        params = {k: v for k, v in given.items() if v is not None}
         return self._call("GET", "/v1/jobs", params=params)
 
     def cancel(self, job_id: str) -> dict[str, Any]:

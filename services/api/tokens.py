@@ -64,6 +64,15 @@ def create_token(name: str, scopes: list[Scope]) -> str:
     token = PREFIX + secrets.token_urlsafe(32)
     try:
         with session_scope() as session:
+            # A revoked token gives its name up: it is kept (listed, still refused) as NAME#revoked-ID,
+            # which no new name can be ('#' is not allowed in names).
+            revoked = session.scalar(
+                select(ApiToken).where(ApiToken.name == name, ApiToken.revoked_at.is_not(None))
+            )
+            if revoked is not None:
+                suffix = f"#revoked-{revoked.id}"
+                revoked.name = name[: 200 - len(suffix)] + suffix
+                session.flush()
             session.add(
                 ApiToken(name=name, token_hash=_hash(token), scopes=[s.value for s in sorted(set(scopes))])
             )

@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -183,10 +182,12 @@ def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
     """``values`` (CLI flags and dotted overrides, already nested) over the YAML at ``path``."""
     base: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: an eval config is a mapping of settings")
-        base = loaded
+        from services.common.config_files import ConfigFileError, read_yaml_mapping
+
+        try:
+            base = read_yaml_mapping(path)
+        except ConfigFileError as exc:
+            raise ConfigError(str(exc)) from None
     try:
         return EvalConfig.model_validate(merge(base, values))
     except ValidationError as exc:

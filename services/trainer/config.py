@@ -139,6 +139,12 @@ class TrainRolloutConfig(RolloutConfig):
     greedy_baseline: bool = Field(False, description="also generate a greedy response per prompt (ReMax)")
     val_temperature: float = Field(0.0, ge=0, description="validation sampling (0: greedy)")
     val_max_tokens: int | None = Field(None, gt=0, description="null: max_tokens")
+    weight_bucket_mb: float | None = Field(
+        512.0,
+        gt=0,
+        description="weight pushes in buckets of this many MiB, never a full state dict in one process "
+        "(null: one full state dict, as before; docs/rollout.md, 'Weight sync')",
+    )
 
 
 class MixConfig(_Section):
@@ -262,7 +268,9 @@ class TrainConfig(_Section):
 
     def effective_rollout(self) -> RolloutConfig:
         """The engine's config: data's image budgets (when set) wired into the rollout."""
-        values = self.rollout.model_dump(exclude={"greedy_baseline", "val_temperature", "val_max_tokens"})
+        values = self.rollout.model_dump(
+            exclude={"greedy_baseline", "val_temperature", "val_max_tokens", "weight_bucket_mb"}
+        )
         if self.data.image_min_pixels is not None:
             values["image_min_pixels"] = self.data.image_min_pixels
         if self.data.image_max_pixels is not None:
@@ -358,13 +366,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from services.common.config_files import ConfigFileError, read_yaml_mapping
+
     try:
-        base = OmegaConf.load(path) if path is not None else OmegaConf.create({})
+        base = OmegaConf.create(read_yaml_mapping(path) if path is not None else {})
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=10)")
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from None
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     if not isinstance(data, dict):

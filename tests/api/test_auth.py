@@ -89,6 +89,9 @@ def test_tokens_are_stored_hashed_and_revocable(locked):
     assert locked.get("/v1/jobs", headers=bearer(token)).status_code == 401
     with pytest.raises(TokenError, match="no active token"):
         revoke_token("ci")
+    # A revoked token's name is free again (the old token stays refused); an active one's is not.
+    again = create_token("ci", [Scope.read])
+    assert authenticate(again).name == "ci" and authenticate(token) is None
     with pytest.raises(TokenError, match="exists already"):
         create_token("ci", [Scope.read])
     with pytest.raises(TokenError, match="unknown scope"):

@@ -69,7 +69,7 @@ def test_missing_sections_and_bad_yaml(tmp_path: Path) -> None:
         parse_config({"actor": {"model_path": "m"}})
     path = tmp_path / "bad.yaml"
     path.write_text("data: [unclosed\n")
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match=r"bad.yaml:2:1: malformed YAML"):
         load_config(path)
 
 

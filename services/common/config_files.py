@@ -1,0 +1,64 @@
+"""YAML config files as every command reads them (``reelrl train``, ``submit``, ``eval run --config``):
+a mapping, or an error naming the file, the line and the reason (never a traceback).
+
+Non-finite numbers (``.inf``, ``.nan``) are refused here too, with their line: the jobs API refuses
+them in JSON bodies (``services.api.json_body``), and a config must mean the same from either door.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be read as a mapping; the message is ``FILE:LINE: reason``."""
+
+
+def _non_finite(node: yaml.Node, key: str, path: Path) -> None:
+    if isinstance(node, yaml.ScalarNode) and node.tag == _FLOAT_TAG:
+        value = yaml.safe_load(node.value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigFileError(
+                f"{path}:{node.start_mark.line + 1}: {key}: {node.value} is not a finite number"
+            )
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            _non_finite(v, f"{key}.{k.value}" if key else str(k.value), path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _non_finite(item, f"{key}[{i}]", path)
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The mapping at ``path`` (empty file: ``{}``); :class:`ConfigFileError` otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        reason = " ".join(p for p in (exc.context, exc.problem) if p)
+        raise ConfigFileError(f"{where}: malformed YAML: {reason}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path}: malformed YAML: {exc}") from None
+    if node is None:
+        return {}
+    if not isinstance(node, yaml.MappingNode) or not isinstance(data, dict):
+        kind = "list" if isinstance(node, yaml.SequenceNode) else "single value"
+        raise ConfigFileError(
+            f"{path}:{node.start_mark.line + 1}: the top level is a {kind}; a config is a mapping of "
+            "keys (key: value)"
+        )
+    _non_finite(node, "", path)
+    return data
