@@ -138,7 +138,8 @@ def run_preprocess(
     for i, row in enumerate(rows):
         if row.error is None and i in plan:
             errors = [
-                f"{path}: {state[key][1]}{KNOWN_FAILED_HINT if found[key] is Requested.known_failed else ''}"
+                _with_path(path, state[key][1])
+                + (KNOWN_FAILED_HINT if found[key] is Requested.known_failed else "")
                 for path, _, key, _, _ in plan[i]
                 if state[key][0] != ClipStatus.ready
             ]
@@ -163,6 +164,12 @@ def run_preprocess(
         report.failed_out.unlink(missing_ok=True)
     report.elapsed_s = time.monotonic() - started
     return report
+
+
+def _with_path(path: Path, error: str | None) -> str:
+    """The clip's error naming the row's file once (a decode error starts with the file already)."""
+    error = error or "failed"
+    return error if error.startswith(str(path)) else f"{path}: {error}"
 
 
 KNOWN_FAILED_HINT = " (failed in an earlier run; --retry-failed decodes it again)"

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from sqlalchemy.exc import OperationalError
+
 from services.common.db import session_scope
 from services.common.frames import DecodeError, DecodeTimeout, FrameStore, VideoParams, clip_key, decode_clip
+from services.common.frames.decoders import failure_reason
 from services.common.frames.hashing import content_hash
 from services.common.frames.index import Claim, ClaimToken, claim_clip, complete_clip, fail_clip, renew_lease
 from services.common.settings import Settings, get_settings
@@ -96,15 +99,16 @@ def process_clip(key: str, *, settings: Settings | None = None, worker: str | No
             return ClipOutcome(key, claim.outcome.value, error)
         token = claim.token
         clip = claim.clip
-        asset = clip.asset
-        params = VideoParams.from_canonical(clip.params)
-        if clip_key(asset.content_hash, params) != key:
-            fail_clip(session, token, "index row is inconsistent: key does not match its params")
-            return ClipOutcome(key, "failed", "inconsistent index row")
-        paths, source_hash = list(asset.paths), asset.content_hash
+        paths, source_hash, canonical = list(clip.asset.paths), clip.asset.content_hash, clip.params
 
+    # From the claim on, whatever goes wrong with this clip fails it now, with the exception's type and
+    # message: a clip left "running" would wait out its lease and be retried for nothing. Only a worker
+    # that dies (or a database that cannot record the failure) leaves it to the lease.
     recycle = False
     try:
+        params = VideoParams.from_canonical(canonical)
+        if clip_key(source_hash, params) != key:
+            raise DecodeError("index row is inconsistent: key does not match its params")
         with _Lease(token, settings):
             if store.has(key):  # stored by a worker that died before recording it
                 _, meta = store.load(key, params)
@@ -133,6 +137,11 @@ def process_clip(key: str, *, settings: Settings | None = None, worker: str | No
         error, recycle = str(exc), True
     except (DecodeError, ValueError) as exc:
         error = str(exc)
+    except OperationalError:
+        raise  # the database, not the clip: the task retries (preprocess.tasks)
+    except Exception as exc:
+        log.exception("clip %s: unexpected error", key)
+        error = failure_reason(exc)
     log.warning("clip %s failed: %s", key, error)
     with session_scope() as session:
         recorded = fail_clip(session, token, error)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from services.common.frames import VideoParams, check_params, decode_clip
+from services.common.frames.images import rgb8
 from services.common.frames.params import canonical_json
 from services.common.frames.pipeline import DEFAULT_DECODERS
 
@@ -67,7 +68,7 @@ def read_image(path: str | Path, factor: int, min_pixels: int, max_pixels: int) 
 
     try:
         with Image.open(path) as image:
-            rgb = ImageOps.exif_transpose(image).convert("RGB")
+            rgb = rgb8(ImageOps.exif_transpose(image))
         width, height = rgb.size
         h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
         if smart_resize(h, w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels) != (h, w):

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from services.common.db import ClipStatus, FrameClip, session_scope
 from services.common.frames import FrameStore, VideoParams
+from services.common.frames.synthetic import make_video
 from services.common.settings import reset_settings_cache
 from services.preprocess.dataset import read_jsonl
 from services.preprocess.dispatch import run_preprocess
@@ -65,8 +66,8 @@ def test_bad_inputs_fail_alone_and_the_batch_completes(
     expectations = {
         "missing": "videos/nope.mp4: file not found",
         "empty": "videos/empty.mp4: file is empty (0 bytes)",
-        "text": "notes.mp4: no decoder could read it",
-        "truncated": "truncated.mp4: no decoder could read it",
+        "text": "videos/notes.mp4 · decord, pyav · no decoder could read it",
+        "truncated": "videos/truncated.mp4 · decord, pyav · no decoder could read it",
         "outside": "outside the data roots",
         "escape": "outside the data roots",
         "absurd": "invalid video_params: max_frames",
@@ -76,6 +77,7 @@ def test_bad_inputs_fail_alone_and_the_batch_completes(
     assert set(failed) == set(expectations)
     for sample, fragment in expectations.items():
         assert fragment in failed[sample], (sample, failed[sample])
+    assert failed["text"].count("notes.mp4") == 1, failed["text"]  # the path once
     assert (report.samples, report.succeeded, report.failed, report.clip_failures) == (12, 3, 9, 2)
 
     store = FrameStore.from_settings()
@@ -98,6 +100,27 @@ def test_bad_inputs_fail_alone_and_the_batch_completes(
         assert "(failed in an earlier run; --retry-failed decodes it again)" in refailed[sample]
     with session_scope() as session:
         assert sorted(c.attempts for c in session.scalars(select(FrameClip)).all()) == [1] * 5
+
+
+def test_a_file_every_decoder_fails_on_fails_at_once_in_a_real_worker(
+    reelrl_home, tmp_path, monkeypatch, write_dataset
+):
+    # decord alone: it opens H.264 with B-frames in MPEG-TS, then raises its own DECORDError decoding
+    # it. The clip must fail on its first attempt with decord's reason, not sit "running" until its
+    # lease lapses and be retried (the run's timeout would expire first).
+    ts = make_video(tmp_path / "bframes.ts", seconds=3, fps=25, bframes=2, gop_seconds=None)
+    monkeypatch.setenv("REELRL_DECODERS", "decord")
+    reset_settings_cache()
+    dataset = write_dataset(tmp_path / "in.jsonl", [{"id": "ts", "videos": [str(ts)]}])
+    out = tmp_path / "out.jsonl"
+    report = run_preprocess(dataset, out, VideoParams(max_frames=4), workers=1, timeout_s=90)
+    assert (report.failed, report.clip_failures) == (1, 1)
+    (row,) = read_jsonl(out.with_name("out.failed.jsonl"))
+    assert row["error"].startswith(f"line 1: {ts} · decord · no decoder could read it: decord: decord cannot")
+    assert row["error"].count(str(ts)) == 1, row["error"]
+    with session_scope() as session:
+        (clip,) = session.scalars(select(FrameClip)).all()
+        assert (clip.status, clip.attempts) == (ClipStatus.failed, 1)
 
 
 def test_dedup_and_cache_hits(reelrl_home, data_dir, tmp_path, write_dataset):

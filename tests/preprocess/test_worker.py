@@ -180,3 +180,48 @@ def test_a_ready_clip_missing_from_the_store_is_decoded_again(reelrl_home, video
     frames, meta = store.load(key, expect=VideoParams(max_frames=4))
     assert frames.shape[0] == meta["num_frames"] == 4
     assert _clip(key).attempts == 1
+
+
+class Kaboom(Exception):
+    """Not a type any decoder or this project knows."""
+
+
+def test_a_clip_whose_decoders_all_raise_anything_fails_at_once(reelrl_home, video_dir, monkeypatch):
+    class Raises:
+        def __init__(self, path, threads):
+            raise Kaboom("no idea what happened")
+
+    register_decoder("test-kaboom")(Raises)
+    monkeypatch.setenv("REELRL_DECODERS", "test-kaboom,test-kaboom-too")
+    register_decoder("test-kaboom-too")(Raises)
+    reset_settings_cache()
+    source = video_dir / "short.mp4"
+    try:
+        key = _queue(source)
+        outcome = process_clip(key)
+    finally:
+        DECODERS.pop("test-kaboom")
+        DECODERS.pop("test-kaboom-too")
+    clip = _clip(key)
+    # Failed now, on its one attempt, not left "running" for its lease to lapse and be retried.
+    assert outcome.outcome == "failed" and (clip.status, clip.attempts) == (ClipStatus.failed, 1)
+    assert (
+        clip.error
+        == outcome.error
+        == (
+            f"{source} · test-kaboom, test-kaboom-too · no decoder could read it: "
+            "test-kaboom: Kaboom: no idea what happened; test-kaboom-too: Kaboom: no idea what happened"
+        )
+    )
+
+
+def test_any_exception_in_a_clip_task_fails_the_clip_with_its_type(reelrl_home, video_dir, monkeypatch):
+    def full(self, key, frames, meta):
+        raise Kaboom("the store is unwell")
+
+    monkeypatch.setattr(FrameStore, "put", full)
+    key = _queue(video_dir / "short.mp4")
+    outcome = process_clip(key)
+    clip = _clip(key)
+    assert outcome.outcome == "failed" and (clip.status, clip.attempts) == (ClipStatus.failed, 1)
+    assert clip.error == "Kaboom: the store is unwell"

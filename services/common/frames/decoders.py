@@ -24,6 +24,7 @@ knows (VP9, AV1 that decord cannot), so it is the fallback.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +43,11 @@ from services.common.frames.timing import (
 
 
 class DecodeError(RuntimeError):
-    """The file could not be decoded (corrupt, truncated, not a video, unsupported codec)."""
+    """The file could not be decoded (corrupt, truncated, not a video, unsupported codec).
+
+    A decoder's own message gives the reason only; :func:`~services.common.frames.decode_clip` names
+    the file and the decoders tried, once.
+    """
 
 
 class DecodeTimeout(DecodeError):
@@ -85,7 +90,7 @@ def _timing(path: Path, timeline: Timeline) -> SourceTiming:
     try:
         return source_timing(timeline)
     except TimelineError as exc:
-        raise DecodeError(f"{path}: {exc}") from exc
+        raise DecodeError(str(exc)) from exc
 
 
 def _read_timeline(path: Path) -> Timeline:
@@ -95,7 +100,7 @@ def _read_timeline(path: Path) -> Timeline:
     try:
         return read_timeline(path)
     except (av.FFmpegError, OSError, TimelineError) as exc:
-        raise DecodeError(f"{path}: cannot read its frame timestamps: {_first_line(exc)}") from exc
+        raise DecodeError(f"cannot read its frame timestamps: {_first_line(exc)}") from exc
 
 
 class _DecordVideo:
@@ -104,24 +109,26 @@ class _DecordVideo:
 
         try:
             self._reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=threads)
+            count = len(self._reader)
+            # decord applies the display rotation itself: frame 0's shape is the displayed H×W. Reading
+            # it decodes, so it fails on files decord opens yet cannot decode (H.264 B-frames in MPEG-TS).
+            first = self._reader[0].shape
         except (decord.DECORDError, RuntimeError) as exc:
-            raise DecodeError(f"{path}: decord cannot open it: {_first_line(exc)}") from exc
+            raise DecodeError(f"decord cannot decode it: {_first_line(exc)}") from exc
         # decord reports times only as float32 seconds: the timeline is read from the container.
         timeline = _read_timeline(path)
         if timeline.hidden:
             raise DecodeError(
-                f"{path}: its edit list hides {timeline.hidden} of {len(self._reader)} coded frames and "
+                f"its edit list hides {timeline.hidden} of {count} coded frames and "
                 "decord ignores edit lists (wrong count, frames shifted after a seek); another backend "
                 "must decode it"
             )
         timing = _timing(path, timeline)
-        if len(self._reader) != timing.total_frames:
+        if count != timing.total_frames:
             raise DecodeError(
-                f"{path}: decord counts {len(self._reader)} frames where the container presents "
+                f"decord counts {count} frames where the container presents "
                 f"{timing.total_frames}; another backend must decode it"
             )
-        # decord applies the display rotation itself: frame 0's shape is the displayed H×W.
-        first = self._reader[0].shape
         self.info = StreamInfo(timing, first[0], first[1], "?")
         self._path = path
 
@@ -131,7 +138,7 @@ class _DecordVideo:
         try:
             return self._reader.get_batch(indices).asnumpy()
         except (decord.DECORDError, RuntimeError) as exc:
-            raise DecodeError(f"{self._path}: decord failed reading frames: {_first_line(exc)}") from exc
+            raise DecodeError(f"decord failed reading frames: {_first_line(exc)}") from exc
 
     def close(self) -> None:
         del self._reader
@@ -144,7 +151,7 @@ class _PyAVVideo:
         try:
             self._container = av.open(str(path))
         except (av.FFmpegError, OSError) as exc:
-            raise DecodeError(f"{path}: PyAV cannot open it: {exc}") from exc
+            raise DecodeError(f"PyAV cannot open it: {_av_reason(exc)}") from exc
         self._path = path
         try:
             self.info = self._open_stream(threads)
@@ -154,12 +161,12 @@ class _PyAVVideo:
 
     def _open_stream(self, threads: int) -> StreamInfo:
         if not self._container.streams.video:
-            raise DecodeError(f"{self._path}: the file has no video stream")
+            raise DecodeError("the file has no video stream")
         stream = self._container.streams.video[0]
         stream.thread_count = threads
         stream.thread_type = "AUTO" if threads != 1 else "SLICE"
         if stream.codec_context is None or stream.codec_context.codec is None:
-            raise DecodeError(f"{self._path}: no decoder for codec {stream.codec_context}")
+            raise DecodeError(f"no decoder for codec {stream.codec_context}")
         self._stream = stream
         # Read on a container of its own, so this one decodes from the start without a seek.
         timeline = _read_timeline(self._path)
@@ -185,14 +192,14 @@ class _PyAVVideo:
                 yield frame
                 done += 1
         except av.FFmpegError as exc:
-            raise DecodeError(f"{self._path}: PyAV failed at frame {done}: {exc}") from exc
+            raise DecodeError(f"truncated or corrupt at frame {done}: {_av_reason(exc)}") from exc
 
     def _next_frame(self, i: int):
         frame = next(self._frames, None)
         if frame is None:
             raise DecodeError(
-                f"{self._path}: stream ends after {i} frames but its container lists "
-                f"{self._promised} (truncated file?)"
+                f"truncated or corrupt at frame {i}: the stream ends there, its container lists "
+                f"{self._promised} frames"
             )
         return frame
 
@@ -278,9 +285,29 @@ register_decoder("decord")(_DecordVideo)
 register_decoder("pyav")(_PyAVVideo)
 
 
+# decord prefixes its messages with a time stamp and its C++ source position, and often the path
+_DECORD_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*(ERROR\s*)?")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    return _DECORD_PREFIX.sub("", text[0])[:300] if text else type(exc).__name__
+
+
+def _av_reason(exc: BaseException) -> str:
+    # FFmpegError's text repeats the errno and the path or the C call; its strerror is the reason
+    return getattr(exc, "strerror", None) or _first_line(exc)
+
+
+def failure_reason(exc: BaseException, path: str | Path | None = None) -> str:
+    """One line for ``exc``: its message (its type too unless it is one of ours), without the file's
+    path, which whoever reports the failure states once."""
+    line = _first_line(exc)
+    if path is not None:
+        for form in (f"[{path}]", f"{path}: ", f"{path}, ", str(path)):
+            line = line.replace(form, "" if form != str(path) else "the file")
+    line = line.strip() or type(exc).__name__
+    return line if isinstance(exc, DecodeError) else f"{type(exc).__name__}: {line}"
 
 
 def call_with_deadline(fn: Callable, timeout_s: float, what: str):
@@ -301,7 +328,7 @@ def call_with_deadline(fn: Callable, timeout_s: float, what: str):
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        raise DecodeTimeout(f"{what}: decoding did not finish within {timeout_s:g} s")
+        raise DecodeTimeout(f"{what} · decoding did not finish within {timeout_s:g} s")
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     return result["value"]

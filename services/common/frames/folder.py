@@ -104,10 +104,12 @@ class FrameFolder:
     def _image(self, index: int) -> np.ndarray:
         from PIL import Image, UnidentifiedImageError
 
+        from services.common.frames.images import rgb8
+
         path = self._files[index]
         try:
             with Image.open(path) as img:
-                return np.asarray(img.convert("RGB"))
+                return np.asarray(rgb8(img))
         except (OSError, UnidentifiedImageError) as exc:
             raise DecodeError(f"{self._folder}: cannot read frame image {path.name!r}: {exc}") from exc
 

@@ -7,13 +7,21 @@ function, so a cached clip and a freshly decoded one are bit-identical.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from services.common.frames.decoders import DECODERS, DecodeError, DecodeTimeout, call_with_deadline
+from services.common.frames.decoders import (
+    DECODERS,
+    DecodeError,
+    DecodeTimeout,
+    call_with_deadline,
+    failure_reason,
+)
 from services.common.frames.folder import FrameFolder
 from services.common.frames.params import VideoParams
 from services.common.frames.resize import resize_frames, target_size
@@ -25,29 +33,45 @@ DEFAULT_DECODERS = ("decord", "pyav")
 FOLDER_BACKEND = "folder"
 
 
+@contextmanager
+def _decoder_failure(path: Path) -> Iterator[None]:
+    """Whatever a decoder raises on a file (decord's and FFmpeg's own errors, a bug in a backend) is
+    that decoder's failure, a DecodeError, so the next decoder is tried. Only what this module raises
+    itself outside the decoder (parameters that cannot apply: ValueError) stays what it is."""
+    try:
+        yield
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise DecodeError(failure_reason(exc, path)) from exc
+
+
 def _open(name: str, path: Path, params: VideoParams, threads: int):
     if name == FOLDER_BACKEND:
         return FrameFolder(path, params.folder_fps)
-    if params.folder_fps is not None:
-        raise ValueError(
-            f"{path}: folder_fps applies to frame folders only; this is a file (drop folder_fps)"
-        )
     return DECODERS[name](path, threads)
 
 
 def _decode_with(name: str, path: Path, params: VideoParams, threads: int) -> tuple[torch.Tensor, dict]:
     t0 = time.perf_counter()
-    video = _open(name, path, params, threads)
-    try:
+    if name != FOLDER_BACKEND and params.folder_fps is not None:
+        raise ValueError(
+            f"{path}: folder_fps applies to frame folders only; this is a file (drop folder_fps)"
+        )
+    with _decoder_failure(path):
+        video = _open(name, path, params, threads)
         info = video.info
+    try:
         timing = info.timing
         first, last = window_range(params.window, timing.total_frames, timing.fps)
         total = last - first + 1
         n = num_frames(params, total, timing.fps)
         source_indices = frame_indices(total, n, first)
-        raw = video.read(source_indices)
+        with _decoder_failure(path):
+            raw = video.read(source_indices)
     finally:
-        video.close()
+        with _decoder_failure(path):
+            video.close()
     t1 = time.perf_counter()
     height, width = target_size(params, info.height, info.width, n)
     frames = resize_frames(torch.from_numpy(raw), height, width)
@@ -99,11 +123,11 @@ def decode_clip(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Frames (T, H, W, 3) uint8 and their metadata for ``path`` under ``params``.
 
-    Decoders are tried in order; a decoder that cannot read the file hands over to the next. A
-    timeout is final (the file is what hangs decoders). A directory is a frame folder
-    (:mod:`services.common.frames.folder`), read at ``params.folder_fps``. Raises DecodeError naming
-    the file and every decoder's reason, or ValueError when the parameters cannot apply to this video
-    (WindowError for a window outside it).
+    Decoders are tried in order; a decoder that cannot read the file, whatever it raises, hands over
+    to the next. A timeout is final (the file is what hangs decoders). A directory is a frame folder
+    (:mod:`services.common.frames.folder`), read at ``params.folder_fps``. Raises DecodeError with
+    one line, ``file · decoders tried · each one's reason`` (the path once), or ValueError when the
+    parameters cannot apply to this video (WindowError for a window outside it).
     """
     path = Path(path)
     unknown = [d for d in decoders if d not in DECODERS]
@@ -117,13 +141,14 @@ def decode_clip(
             if timeout_s is None:
                 return _decode_with(name, path, params, threads)
             return call_with_deadline(
-                lambda n=name: _decode_with(n, path, params, threads), timeout_s, str(path)
+                lambda n=name: _decode_with(n, path, params, threads), timeout_s, f"{path} · {name}"
             )
         except DecodeTimeout:
             raise
         except DecodeError as exc:
-            errors.append(f"[{name}] {exc}")
-    raise DecodeError(f"{path}: no decoder could read it: " + " | ".join(errors))
+            errors.append(f"{name}: {failure_reason(exc, path)}")
+    tried = ", ".join(decoders)
+    raise DecodeError(f"{path} · {tried} · no decoder could read it: " + "; ".join(errors))
 
 
 @cache

@@ -37,8 +37,11 @@ def make_video(
     codec: str = "libx264",
     gop_seconds: float | None = 1.0,
     crf: int = 23,
+    bframes: int | None = None,
 ) -> Path:
-    """Write a synthetic clip (default H.264 mp4, keyframe every second) atomically to ``path``."""
+    """Write a synthetic clip (default H.264 mp4, keyframe every second) atomically to ``path``; the
+    container follows the suffix (``.ts`` is MPEG-TS). ``bframes`` sets H.264's B-frame count (Main
+    profile), as cameras and broadcast encoders write them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
@@ -51,6 +54,9 @@ def make_video(
             stream.codec_context.gop_size = max(1, int(gop_seconds * fps))
         if codec == "libx264":
             stream.options = {"crf": str(crf), "preset": "veryfast"}
+            if bframes is not None:
+                stream.codec_context.profile = "Main"
+                stream.options = {**stream.options, "bf": str(bframes)}
         for i in range(n):
             frame = av.VideoFrame.from_ndarray(synthetic_frame(i, height, width, fps), format="rgb24")
             for packet in stream.encode(frame):

@@ -180,9 +180,8 @@ def test_edit_lists_define_the_frames(clips, name, first, presented, rotation):
     source = _read_all("decord", clips["src"])
     expected = np.rot90(source[first : first + presented], rotation, axes=(1, 2))
 
-    with pytest.raises(DecodeError, match="edit list") as err:
+    with pytest.raises(DecodeError, match="edit list"):
         DECODERS["decord"](clips[name], 1)
-    assert str(clips[name]) in str(err.value)
 
     raw = _read_all("pyav", clips[name])
     # Stream copy of a closed-GOP H.264 source: the presented frames are the source's, bit for bit.
@@ -204,7 +203,7 @@ def test_edit_lists_define_the_frames(clips, name, first, presented, rotation):
 
 
 def test_decord_only_clip_with_hidden_frames_fails_naming_the_reason(clips):
-    with pytest.raises(DecodeError, match=r"\[decord\].*edit list hides 15 of 90 coded frames"):
+    with pytest.raises(DecodeError, match=r"· decord · .*decord: its edit list hides 15 of 90 coded frames"):
         decode_clip(clips["cut"], VideoParams(), decoders=["decord"])
 
 
