@@ -7,7 +7,7 @@ checkpoint on a GPU cluster; only :class:`~services.rollout.config.EngineConfig`
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from services.rollout.config import RolloutConfig
@@ -16,7 +16,15 @@ from services.rollout.groups import Generated, assemble_groups, online_counts
 from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.vllm_bridge import engine_kwargs, response_from, sampling_params
-from services.rollout.weight_sync import Weights, check_reload_results, reload_call
+from services.rollout.weight_sync import (
+    WeightBuckets,
+    Weights,
+    check_announced,
+    check_reload_results,
+    checkpoint_shapes,
+    load_buckets,
+    reload_call,
+)
 
 
 class RolloutEngine(EngineBase):
@@ -69,11 +77,14 @@ class RolloutEngine(EngineBase):
         """Load new weights into the running engine; returns the seconds it took.
 
         ``weights``: a state dict (checkpoint names, as the HF model's ``state_dict()``), the bytes of a
-        safetensors file, or a folder of safetensors files. A state dict travels by ``transport``
+        safetensors file, a folder of safetensors files, or ``WeightBuckets`` (loaded bucket by bucket,
+        :meth:`push_weight_buckets`). A state dict travels by ``transport``
         "file" (a safetensors file, see ``weight_sync.weights_dir``) or "bytes" (inside the RPC).
         Tensor names are checked against the checkpoint's first: a ValueError leaves the engine as it
         was. If the RPC itself fails, the workers' weights are undefined (push again).
         """
+        if isinstance(weights, WeightBuckets):
+            return self.push_weight_buckets(weights.announced, weights.open())
         self._check_ready("push weights")
         started = time.perf_counter()
         with reload_call(weights, transport, self.checkpoint.parameter_names) as call:
@@ -87,6 +98,23 @@ class RolloutEngine(EngineBase):
         self._weights_discarded = False
         # Encoder outputs and prefix KV blocks cached under the old weights: a repeated clip would hit a
         # stale entry, or a missing one that kills the engine ("Encoder cache miss").
+        self.reset_caches(processed_inputs=False)
+        return time.perf_counter() - started
+
+    def push_weight_buckets(
+        self, announced: Sequence[tuple[str, tuple[int, ...]]], buckets: Iterable[Mapping[str, Any]]
+    ) -> float:
+        """Load new weights bucket by bucket (``weight_sync.load_buckets``: names and shapes checked
+        first, one bucket held at a time); returns the seconds it took."""
+        self._check_ready("push weights")
+        started = time.perf_counter()
+        check_announced(announced, self.checkpoint.parameter_names, checkpoint_shapes(self.checkpoint))
+        try:
+            load_buckets(self.llm.collective_rpc, announced, buckets)
+        finally:
+            self.weight_version += 1
+            self.llm.llm_engine.set_weight_version(str(self.weight_version))
+        self._weights_discarded = False
         self.reset_caches(processed_inputs=False)
         return time.perf_counter() - started
 

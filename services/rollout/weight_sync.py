@@ -9,6 +9,11 @@ CPU backend's linear layers; calling ``model.load_weights`` directly leaves para
 - bytes: the safetensors bytes travel in the RPC and :class:`WeightSyncExtension` loads them.
 Tensors themselves cannot travel in RPC arguments (they arrive as lists).
 
+A third way never holds the whole model: :class:`WeightBuckets` (``rollout.weight_bucket_mb``) announce
+every (name, shape) first, checked before anything is sent, then travel as one safetensors RPC per
+bucket into a single in-place reload that spans the RPCs (``reelrl_begin_buckets`` ..
+``reelrl_end_buckets``); vLLM processes each layer once all of its tensors have arrived.
+
 Every push is checked against the checkpoint's parameter names first (:mod:`services.rollout.param_names`):
 vLLM would otherwise keep the old value of each tensor it was not given, without an error.
 """
@@ -18,8 +23,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -90,7 +96,6 @@ def weights_folder(state_dict: Mapping[str, torch.Tensor]) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-Weights = Mapping[str, torch.Tensor] | bytes | str | Path
 TRANSPORTS = ("file", "bytes")
 
 
@@ -149,6 +154,105 @@ def check_reload_results(call: ReloadCall, results: Sequence[Any]) -> None:
             )
 
 
+Shapes = Mapping[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class WeightBuckets:
+    """A push in bounded buckets (``services.trainer.weight_buckets``): ``announced`` holds every (name,
+    full shape) in push order, ``open()`` starts a fresh pass over the buckets (each engine of a fleet
+    takes its own; an engine restarted later takes one too), ``nbytes`` is what the tensors weigh."""
+
+    announced: tuple[tuple[str, tuple[int, ...]], ...]
+    open: Callable[[], Iterator[Mapping[str, torch.Tensor]]]
+    nbytes: int = 0
+
+
+Weights = Mapping[str, torch.Tensor] | bytes | str | Path | WeightBuckets
+
+
+_SHAPES: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
+
+
+def checkpoint_shapes(checkpoint: Any) -> Shapes:
+    """Each tensor's shape in the checkpoint's HF ``state_dict()`` (a model built on the meta device: no
+    memory; computed once per checkpoint and config)."""
+    key = (str(checkpoint.path), checkpoint.hf_config.to_json_string())
+    if key not in _SHAPES:
+        from transformers import AutoModelForImageTextToText
+
+        with torch.device("meta"):
+            model = AutoModelForImageTextToText.from_config(checkpoint.hf_config)
+        _SHAPES[key] = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    return _SHAPES[key]
+
+
+def check_announced(
+    announced: Sequence[tuple[str, tuple[int, ...]]], expected: ParameterNames, shapes: Shapes
+) -> None:
+    """Refuse a bucketed push whose announced names or shapes are not the checkpoint's (ValueError;
+    nothing was sent). Names of the checkpoint's other layout (its files') have no shape here."""
+    expected.check([name for name, _ in announced], "announced weight buckets")
+    wrong = [(n, tuple(s), shapes[n]) for n, s in announced if n in shapes and tuple(s) != tuple(shapes[n])]
+    if wrong:
+        raise ValueError(
+            f"{len(wrong)} announced tensors have the wrong shape (e.g. {wrong[:3]} as name, pushed, "
+            "checkpoint); nothing was pushed"
+        )
+
+
+def check_bucket(bucket: Mapping[str, torch.Tensor], planned: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+    """A bucket must hold exactly the next planned tensors, in order, with the planned shapes."""
+    got = [(name, tuple(t.shape)) for name, t in bucket.items()]
+    if got != list(planned):
+        diff = next((f"{g} != {p}" for g, p in zip(got, planned, strict=False) if g != p), "")
+        raise ValueError(
+            f"weight bucket of {len(got)} tensors does not match the {len(planned)} announced "
+            f"(name, shape) pairs{': ' + diff if diff else ''}; the engine's weights are now a mix: push again"
+        )
+
+
+def load_buckets(
+    rpc: Callable[..., list[Any]],
+    announced: Sequence[tuple[str, tuple[int, ...]]],
+    buckets: Iterable[Mapping[str, torch.Tensor]],
+) -> int:
+    """Load ``buckets`` into every worker of an engine (``rpc``: its ``collective_rpc``), one RPC a bucket,
+    so only one bucket is ever serialised at a time. ``announced``: every (name, shape) the buckets will
+    carry, in order (check it first with :func:`check_announced`); each bucket is checked against it
+    as it arrives. Returns how many buckets were loaded.
+
+    A failure after the first bucket leaves the workers' weights a mix of old and new (the reload is
+    still finished, so the engine stays usable): push again."""
+    rpc("reelrl_begin_buckets")
+    count, offset = 0, 0
+    try:
+        for bucket in buckets:
+            check_bucket(bucket, announced[offset : offset + len(bucket)])
+            data = safetensors_bytes(bucket)
+            for rank, loaded in enumerate(rpc("reelrl_load_bucket", args=(data,))):
+                if loaded != len(bucket):
+                    raise RuntimeError(
+                        f"worker {rank} loaded {loaded} of the {len(bucket)} tensors of a bucket"
+                    )
+            del data
+            offset += len(bucket)
+            count += 1
+    finally:
+        missing = rpc("reelrl_end_buckets")
+    if offset != len(announced):
+        raise RuntimeError(
+            f"the buckets carried {offset} of the {len(announced)} announced tensors; push again"
+        )
+    for rank, names_missing in enumerate(missing):
+        if names_missing:
+            raise RuntimeError(
+                f"worker {rank}: {len(names_missing)} engine parameters were not loaded by any bucket "
+                f"(e.g. {names_missing[:3]}); push again"
+            )
+    return count
+
+
 class WeightSyncExtension:
     """Methods added to vLLM's worker (``worker_extension_cls``), called through ``collective_rpc``."""
 
@@ -159,6 +263,49 @@ class WeightSyncExtension:
         weights = load(data)
         self.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
         return len(weights)
+
+    # -- bucketed loads: begin, one load per bucket, end (one in-place reload spread over several RPCs) --
+
+    def reelrl_begin_buckets(self) -> int:
+        """Start an in-place reload that the next :meth:`reelrl_load_bucket` calls feed. vLLM puts each
+        layer back on the meta device and processes it (the CPU backend's repacking included) once all
+        of its tensors have arrived, so a layer split across two buckets is still right. Returns how
+        many parameters the engine expects to load."""
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        initialize_layerwise_reload(model)
+        self._reelrl_loaded: set[str] = set()
+        self._reelrl_expected = {name for name, _ in model.named_parameters()}
+        return len(self._reelrl_expected)
+
+    def reelrl_load_bucket(self, data: bytes) -> int:
+        """Load one bucket (safetensors ``data``) into the reload :meth:`reelrl_begin_buckets` started;
+        returns how many tensors it held."""
+        from safetensors.torch import load
+        from vllm.config import set_current_vllm_config
+
+        weights = load(data)
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            loaded = model.load_weights(iter(weights.items()))
+        self._reelrl_loaded |= set(loaded or ())
+        return len(weights)
+
+    def reelrl_end_buckets(self) -> list[str]:
+        """Finish the reload (layers still waiting for tensors are processed with what they have) and drop
+        the caches derived from the old weights; returns the engine parameters no bucket loaded (vLLM
+        only logs them: the caller refuses)."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        runner = self.model_runner  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            finalize_layerwise_reload(runner.get_model(), self.vllm_config.model_config)  # type: ignore[attr-defined]
+        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
+            if hasattr(runner, reset):
+                getattr(runner, reset)()
+        return sorted(self._reelrl_expected - self._reelrl_loaded)
 
     def reelrl_runtime(self) -> dict[str, Any]:
         """How torchvision fares in this worker process (tests check the install recipe took effect)."""

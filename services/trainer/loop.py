@@ -98,6 +98,14 @@ class RunResult:
     checkpoint: Path | None
 
 
+def reward_item(sample: TrainSample, response: Any) -> tuple[Any, str]:
+    """What the reward library scores for one response: the sample's reward spec and the answer as the
+    model gave it, i.e. the response after the sample's assistant prefix (a prompt ending in "Best
+    option:(" leaves the letter's context in the prefix). Every scoring path (training groups,
+    validation, ReMax's greedy baseline) goes through here."""
+    return sample.reward, continued_response(sample.rollout.assistant_prefix, response.text)
+
+
 def score_groups(
     client: Any, step: int, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]
 ) -> Scored:
@@ -105,11 +113,7 @@ def score_groups(
     service that stays down after its client's retries fails the step by name: training on zeros
     instead would teach the model nothing while looking like a run. An item the library cannot score
     scores 0, is counted (``reward/errors``) and logged."""
-    items = [
-        (s.reward, continued_response(s.rollout.assistant_prefix, r.text))
-        for s, g in zip(samples, groups, strict=True)
-        for r in g.responses
-    ]
+    items = [reward_item(s, r) for s, g in zip(samples, groups, strict=True) for r in g.responses]
     try:
         results: list[RewardResult] = client.score_batch(items)
     except (RewardServiceError, OSError) as exc:
@@ -210,6 +214,12 @@ class Trainer:
         self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
         (self.output_dir / "config.yaml").write_text(dump_config(cfg))
         model_path = str(self.resume_from / ckpt.MODEL_DIR) if self.resume_from else cfg.actor.model_path
+        # KL's anchor: the run's model, or the warm-started weights its checkpoint names when resuming
+        self.reference_path: str | None = None
+        if self.resume_from is not None and cfg.algorithm.needs_reference_model:
+            self.reference_path = ckpt.reference_source(
+                self.resume_from, ckpt.read_state(self.resume_from), warm_started=cfg.warmup.steps > 0
+            )
         self._setup_data(model_path)
         self._setup_models(model_path)
         self._setup_rollout(model_path)
@@ -307,9 +317,12 @@ class Trainer:
             self.group = RayActorGroup(
                 cfg, model_path, self.store.root, cfg.effective_rollout(), realtime=self.realtime,
                 images=self.images, cpus_per_rank=cfg.trainer.ray_cpus_per_rank,
+                reference_path=self.reference_path,
             )  # fmt: skip
         else:
-            self.group = LocalActorGroup(cfg, model_path, source, cfg.effective_rollout())
+            self.group = LocalActorGroup(
+                cfg, model_path, source, cfg.effective_rollout(), reference_path=self.reference_path
+            )
         self.kl_controller = make_kl_controller(cfg.algorithm.kl)
         self.reward_client = make_reward_client(cfg.reward)
 
@@ -502,7 +515,7 @@ class Trainer:
         """ReMax: the reward of one greedy response per prompt, repeated over its group."""
         groups = self.engine.rollout([s.rollout for s in samples], n=1, mix_policy=False, temperature=0.0)
         results = self.reward_client.score_batch(
-            [(s.reward, g.responses[0].text) for s, g in zip(samples, groups, strict=True)]
+            [reward_item(s, g.responses[0]) for s, g in zip(samples, groups, strict=True)]
         )
         n = self.config.rollout.n
         return torch.tensor([r.overall for r in results for _ in range(n)], dtype=torch.float32)
@@ -563,7 +576,7 @@ class Trainer:
             [s.rollout for s in self.val_samples], n=1, mix_policy=False, **overrides
         )
         results = self.reward_client.score_batch(
-            [(s.reward, g.responses[0].text) for s, g in zip(self.val_samples, groups, strict=True)]
+            [reward_item(s, g.responses[0]) for s, g in zip(self.val_samples, groups, strict=True)]
         )
         m = {
             "val/accuracy": _mean([r.accuracy for r in results]),
@@ -586,6 +599,12 @@ class Trainer:
             [s.rollout for s in self.warmup_samples], steps=cfg.steps, lr=cfg.lr, batch_size=cfg.batch_size,
             seed=self.config.trainer.seed,
         )  # fmt: skip
+        if self.config.algorithm.needs_reference_model:
+            # the group's reference now holds the warmed weights; a resumed run (which skips the warm
+            # start) loads them from here, named by every checkpoint
+            folder = self.output_dir / ckpt.REFERENCE_DIR
+            self.group.save_model(folder)
+            self.reference_path = str(folder)
         self._push_weights()
 
     # ------------------------------------------------------------------ checkpoints --------------------
@@ -616,6 +635,8 @@ class Trainer:
                 "loader": self.loader.state_dict(),
                 "rng": ckpt.rng_state(),
                 "kl_coef": self.kl_controller.coef,
+                # null: actor.model_path (ckpt.reference_source reads it back on resume)
+                "reference": self.reference_path and ckpt.reference_entry(folder, self.reference_path),
                 "run": self._run_identity(),
                 # Not part of the identity (another run may resume from it on purpose): tells a job's
                 # retry whether the folder's newest checkpoint is its own.

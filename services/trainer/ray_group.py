@@ -67,6 +67,7 @@ class ActorWorker:
         rollout: dict[str, Any],
         realtime: RealtimeSource | None,
         images: ImageFiles | None = None,
+        reference_path: str | None = None,
     ) -> dict[str, Any]:
         import ray
         import torch.distributed as dist
@@ -92,7 +93,9 @@ class ActorWorker:
         source: Any = realtime if realtime is not None else FrameStore(frame_root)
         if images is not None:
             source = WithImages(source, images)
-        self.group = LocalActorGroup(cfg, model_path, source, RolloutConfig.model_validate(rollout))
+        self.group = LocalActorGroup(
+            cfg, model_path, source, RolloutConfig.model_validate(rollout), reference_path=reference_path
+        )
         return {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -125,6 +128,9 @@ class ActorWorker:
     def save(self, folder: str) -> None:
         self.group.save(Path(folder))
 
+    def save_model(self, folder: str) -> None:
+        self.group.save_model(Path(folder))
+
     def load_optimizer(self, folder: str) -> None:
         self.group.load_optimizer(Path(folder))
 
@@ -145,7 +151,8 @@ class RayActorGroup:
     Each rank asks for ``cpus_per_rank`` CPUs and ``gpus_per_rank`` GPUs (None: one GPU when the cluster
     has GPUs, none otherwise). ``realtime``: the run's realtime source (``data.source_mode:
     realtime_only``); it holds video paths and parameters only, and each rank decodes its own clips.
-    ``images``: the run's still images (paths by key), read by each rank.
+    ``images``: the run's still images (paths by key), read by each rank. ``reference_path``: the KL
+    reference's weights (None: ``actor.model_path``), as for the local group.
     ``save`` and ``load_optimizer`` folders must be reachable by every rank (a shared filesystem on a
     cluster).
     """
@@ -161,6 +168,7 @@ class RayActorGroup:
         images: ImageFiles | None = None,
         cpus_per_rank: float = CPUS_PER_RANK,
         gpus_per_rank: float | None = None,
+        reference_path: str | None = None,
     ) -> None:
         self.config = config
         self.world_size = config.actor.world_size
@@ -175,7 +183,7 @@ class RayActorGroup:
             addr, port = self._gather([self.workers[0].address.remote()], "address")[0]
             self.info = self._call(
                 "setup", addr, port, config.model_dump(mode="json"), str(model_path), str(frame_root),
-                rollout.model_dump(mode="json"), realtime, images,
+                rollout.model_dump(mode="json"), realtime, images, reference_path,
             )  # fmt: skip
         except BaseException:
             self.shutdown()
@@ -293,6 +301,9 @@ class RayActorGroup:
 
     def save(self, folder: Path) -> None:
         self._call("save", str(folder))
+
+    def save_model(self, folder: Path) -> None:
+        self._call("save_model", str(folder))
 
     def load_optimizer(self, folder: Path) -> None:
         self._call("load_optimizer", str(folder))

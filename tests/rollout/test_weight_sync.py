@@ -1,4 +1,5 @@
-"""Weight transport: checkpoint tensors, the RPC chosen per input, the temporary folder."""
+"""Weight transport: checkpoint tensors, the RPC chosen per input, the temporary folder, and bucketed
+pushes (checks before and during, then a real engine loading buckets)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import pytest
 import torch
 from safetensors.torch import load, load_file
 
+from services.rollout.param_names import ParameterNames
 from services.rollout.weight_sync import (
     HEADER_MARGIN,
     ReloadCall,
+    check_announced,
+    check_bucket,
     check_reload_results,
     checkpoint_tensors,
+    load_buckets,
     reload_call,
     safetensors_bytes,
     weights_dir,
@@ -110,3 +115,97 @@ def test_worker_counts_must_match_what_was_sent(results, message):
     else:
         with pytest.raises(RuntimeError, match=message):
             check_reload_results(call, results)
+
+
+def test_a_bucket_must_be_the_announced_names_and_shapes():
+    announced = [("a", (2,)), ("b", (3,))]
+    check_bucket({"a": torch.zeros(2), "b": torch.zeros(3)}, announced)
+    with pytest.raises(ValueError, match=r"\('b', \(4,\)\) != \('b', \(3,\)\)"):
+        check_bucket({"a": torch.zeros(2), "b": torch.zeros(4)}, announced)
+    with pytest.raises(ValueError, match="does not match"):
+        check_bucket({"b": torch.zeros(3)}, announced)
+
+
+def test_announced_names_and_shapes_are_checked_before_anything_is_sent():
+    expected = ParameterNames((frozenset({"a", "b"}),))
+    shapes = {"a": (2,), "b": (3,)}
+    check_announced([("a", (2,)), ("b", (3,))], expected, shapes)
+    with pytest.raises(ValueError, match="1 missing"):
+        check_announced([("a", (2,))], expected, shapes)
+    with pytest.raises(ValueError, match="wrong shape"):
+        check_announced([("a", (2,)), ("b", (5,))], expected, shapes)
+
+
+class RecordingWorkers:
+    """``collective_rpc`` of two workers that record what they are asked (the pure part of a bucketed
+    push: the real engine's is tested below)."""
+
+    def __init__(self, missing: list[str] = ()) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.missing = list(missing)
+
+    def __call__(self, method: str, args: tuple = ()) -> list:
+        if method == "reelrl_load_bucket":
+            tensors = len(load(args[0]))
+            self.calls.append((method, tensors))
+            return [tensors, tensors]
+        self.calls.append((method, 0))
+        return [self.missing, self.missing] if method == "reelrl_end_buckets" else [None, None]
+
+
+def test_buckets_load_one_rpc_each_between_begin_and_end():
+    workers = RecordingWorkers()
+    bucket_list = [{"a": torch.zeros(2)}, {"b": torch.zeros(3), "c": torch.zeros(1)}]
+    assert load_buckets(workers, [("a", (2,)), ("b", (3,)), ("c", (1,))], bucket_list) == 2
+    assert workers.calls == [
+        ("reelrl_begin_buckets", 0),
+        ("reelrl_load_bucket", 1),
+        ("reelrl_load_bucket", 2),
+        ("reelrl_end_buckets", 0),
+    ]
+
+
+def test_a_short_or_incomplete_push_fails_by_name():
+    with pytest.raises(RuntimeError, match="1 of the 2 announced"):
+        load_buckets(RecordingWorkers(), [("a", (2,)), ("b", (3,))], [{"a": torch.zeros(2)}])
+    with pytest.raises(RuntimeError, match="not loaded by any bucket"):
+        load_buckets(RecordingWorkers(["x.qkv_proj.weight"]), [("a", (2,))], [{"a": torch.zeros(2)}])
+    # a bucket that is not the announced one still ends the reload (the engine stays usable)
+    workers = RecordingWorkers()
+    with pytest.raises(ValueError, match="does not match"):
+        load_buckets(workers, [("a", (2,))], [{"z": torch.zeros(2)}])
+    assert workers.calls[-1] == ("reelrl_end_buckets", 0)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_bucketed_push_into_a_running_engine_matches_the_new_weights(
+    rollout_engine, video_sample, tiny_models, hf_model, hf_logprobs, family
+):
+    """Buckets of ~16 KiB split layers (q, k and v of one attention) across RPCs; the engine's logprobs
+    are still the new weights' afterwards, and a push of wrong shapes is refused before it starts."""
+    from services.trainer.weight_buckets import buckets, manifest
+    from tests.rollout.test_weight_push import gap, perturbed
+
+    engine = rollout_engine(family)
+    old = hf_model(tiny_models[family])
+    new = perturbed(old, seed=2)
+    sample = video_sample(family, "tall_in_time", f"bucket-push-{family}")
+    announced = [(e.name, e.shape) for e in manifest(new, torch.float32)]
+    start = engine.weight_version
+    wrong = [(n, (s[0] + 1, *s[1:]) if i == 0 else s) for i, (n, s) in enumerate(announced)]
+    with pytest.raises(ValueError, match="wrong shape"):
+        engine.push_weight_buckets(wrong, buckets(new, torch.float32, bucket_mb=1 / 64))
+    assert engine.weight_version == start  # refused before anything was sent
+    try:
+        engine.push_weight_buckets(announced, buckets(new, torch.float32, bucket_mb=1 / 64))
+        assert engine.weight_version == start + 1
+        for response in engine.rollout([sample])[0].responses:
+            assert gap(hf_logprobs(engine, new, sample, response.token_ids), response.logprobs) < 1e-5
+            assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) > 1e-3
+            assert response.weight_versions == ((0, start + 1),)
+    finally:
+        engine.push_weight_buckets(announced, buckets(old, torch.float32, bucket_mb=1.0))
+    for response in engine.rollout([sample], n=1)[0].responses:
+        assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) < 1e-5

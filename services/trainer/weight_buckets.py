@@ -1,0 +1,144 @@
+"""The actor's weights as a stream of bounded buckets, for a push that never holds a full state dict.
+
+A push used to gather every parameter on rank 0 (a second full copy of the model in host memory) and
+send it whole. Here the parameters are walked in one fixed order, the order of the model's
+``state_dict()``, which is the same on every rank and groups each layer's tensors together (vLLM
+processes a layer as soon as all of its tensors arrived, so that order keeps its buffers small too).
+Each bucket is gathered with ``full_tensor()`` per parameter and cast to the engine's dtype; the
+largest extra memory a push holds is one bucket: at most ``rollout.weight_bucket_mb``, or a single
+tensor larger than that.
+
+:func:`pack` is the pure part (sizes in, index lists out); :func:`manifest` and :func:`buckets` read a
+model (FSDP2 DTensors or plain tensors; every rank must walk the buckets together, since
+``full_tensor()`` is a collective).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from services.rollout.weight_sync import WeightBuckets
+
+MiB = 1 << 20
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of a push: its checkpoint name, full (unsharded) shape and the dtype it travels in."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        numel = 1
+        for dim in self.shape:
+            numel *= dim
+        return numel * torch.empty((), dtype=self.dtype).element_size()
+
+
+def pack(sizes: Sequence[int], limit: int) -> list[list[int]]:
+    """Indices of ``sizes`` grouped in order into buckets of at most ``limit`` bytes; a tensor larger
+    than ``limit`` gets a bucket of its own. Order is kept, so a bucket is a contiguous run."""
+    if limit <= 0:
+        raise ValueError(f"bucket limit must be positive, got {limit}")
+    out: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for index, size in enumerate(sizes):
+        if size < 0:
+            raise ValueError(f"tensor {index} has negative size {size}")
+        if current and held + size > limit:
+            out.append(current)
+            current, held = [], 0
+        current.append(index)
+        held += size
+    if current:
+        out.append(current)
+    return out
+
+
+def push_dtype(engine_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype tensors travel in: the engine's (``rollout.engine.dtype``); "auto" keeps the checkpoint's
+    own dtype, which is what vLLM's "auto" runs in (``model_dtype``: the HF config's ``torch_dtype``)."""
+    if engine_dtype == "auto":
+        return model_dtype
+    try:
+        return DTYPES[engine_dtype]
+    except KeyError:
+        raise ValueError(
+            f"unknown engine dtype {engine_dtype!r}; use auto or one of {sorted(DTYPES)}"
+        ) from None
+
+
+def manifest(state: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> list[Entry]:
+    """Every tensor a push carries, in push order, without gathering anything (a DTensor knows its
+    global shape). ``dtype`` None: each floating tensor travels as stored."""
+    return [Entry(name, tuple(t.shape), _cast_dtype(t.dtype, dtype)) for name, t in state.items()]
+
+
+def _cast_dtype(stored: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
+    return dtype if dtype is not None and stored.is_floating_point else stored
+
+
+def plan(entries: Sequence[Entry], bucket_mb: float) -> list[list[Entry]]:
+    """``entries`` packed into buckets of at most ``bucket_mb`` MiB."""
+    groups = pack([e.nbytes for e in entries], max(1, int(bucket_mb * MiB)))
+    return [[entries[i] for i in group] for group in groups]
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: gathered from every rank for a DTensor (a collective), itself otherwise."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(tensor, DTensor):
+        return tensor.full_tensor()
+    return tensor
+
+
+def group_stream(
+    tensors: Iterable[tuple[str, torch.Tensor]], entries: Sequence[Entry], bucket_mb: float
+) -> Iterator[dict[str, torch.Tensor]]:
+    """A stream of full ``(name, tensor)`` pairs (in ``entries`` order) grouped into buckets per
+    :func:`plan`, as contiguous CPU tensors in each entry's dtype."""
+    stream = iter(tensors)
+    for group in plan(entries, bucket_mb):
+        out: dict[str, torch.Tensor] = {}
+        held: set[int] = set()
+        for entry in group:
+            name, tensor = next(stream)
+            if name != entry.name:
+                raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
+            with torch.no_grad():
+                value = tensor.detach().to(device="cpu", dtype=entry.dtype).contiguous()
+            if value.data_ptr() in held:  # tied weights share storage, which safetensors refuses
+                value = value.clone()
+            held.add(value.data_ptr())
+            out[name] = value
+        yield out
+
+
+def buckets(
+    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The model's tensors, bucket by bucket, under checkpoint names, gathered one tensor at a time.
+    Every rank yields the same buckets (colocated engines each load their own; a disaggregated push
+    sends rank 0's); a caller that stops early must stop on every rank."""
+    state = model.state_dict()
+    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb)
+
+
+def weight_buckets(model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> WeightBuckets:
+    """A push of ``model`` in buckets that each engine reads in a pass of its own (a model on one
+    rank: nothing is gathered, so passes may run side by side)."""
+    entries = manifest(model.state_dict(), dtype)
+    return WeightBuckets(
+        announced=tuple((e.name, e.shape) for e in entries),
+        open=lambda: buckets(model, dtype, bucket_mb),
+        nbytes=sum(e.nbytes for e in entries),
+    )

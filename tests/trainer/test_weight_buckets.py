@@ -1,0 +1,105 @@
+"""Bucketed weights: packing against hand-computed cases, the peak bound, and the FSDP2 walk (DTensor
+parameters gathered per tensor) against the plain state dict."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.trainer.weight_buckets import Entry, MiB, buckets, manifest, pack, plan, push_dtype
+
+
+@pytest.mark.parametrize(
+    ("sizes", "limit", "expected"),
+    [
+        ([3, 3, 3], 6, [[0, 1], [2]]),  # 3+3 fits exactly, the third starts a bucket
+        ([3, 4, 1], 6, [[0], [1, 2]]),  # 3+4 > 6
+        ([10, 1, 1], 4, [[0], [1, 2]]),  # a tensor over the limit travels alone
+        ([1, 10, 1], 4, [[0], [1], [2]]),
+        ([0, 0, 5], 5, [[0, 1, 2]]),
+        ([], 5, []),
+    ],
+)
+def test_pack_keeps_order_and_the_limit(sizes, limit, expected):
+    assert pack(sizes, limit) == expected
+
+
+def test_no_bucket_exceeds_the_limit_or_its_largest_tensor():
+    generator = torch.Generator().manual_seed(0)
+    sizes = torch.randint(0, 1000, (500,), generator=generator).tolist()
+    for limit in (1, 50, 999, 5000):
+        groups = pack(sizes, limit)
+        assert [i for g in groups for i in g] == list(range(len(sizes)))  # every tensor once, in order
+        for group in groups:
+            assert sum(sizes[i] for i in group) <= max(limit, max(sizes[i] for i in group))
+
+
+def test_pack_refuses_a_non_positive_limit():
+    with pytest.raises(ValueError, match="positive"):
+        pack([1], 0)
+
+
+def test_entry_bytes_follow_the_push_dtype():
+    assert Entry("w", (3, 4), torch.bfloat16).nbytes == 24
+    assert Entry("w", (3, 4), torch.float32).nbytes == 48
+    assert plan([Entry("a", (MiB // 4,), torch.float32)] * 3, bucket_mb=2.0) == [
+        [Entry("a", (MiB // 4,), torch.float32)] * 2,
+        [Entry("a", (MiB // 4,), torch.float32)],
+    ]
+
+
+def test_push_dtype():
+    assert push_dtype("bfloat16", torch.float32) is torch.bfloat16
+    assert push_dtype("auto", torch.float16) is torch.float16
+    with pytest.raises(ValueError, match="unknown engine dtype"):
+        push_dtype("int8", torch.float32)
+
+
+class Tied(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.body = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_buckets_are_the_state_dict_cast_and_split():
+    model = Tied()
+    got = list(buckets(model, torch.bfloat16, bucket_mb=100 / MiB))  # 100 bytes: 80-byte tensors alone
+    state = model.state_dict()
+    assert [list(b) for b in got] == [["embed.weight"], ["body.weight", "body.bias"], ["head.weight"]]
+    for bucket in got:
+        for name, value in bucket.items():
+            assert value.dtype is torch.bfloat16 and value.is_contiguous()
+            torch.testing.assert_close(value, state[name].to(torch.bfloat16))
+    assert manifest(model.state_dict(), torch.bfloat16)[0] == Entry("embed.weight", (10, 4), torch.bfloat16)
+
+
+def test_tied_tensors_in_one_bucket_do_not_share_storage():
+    model = Tied()
+    (bucket,) = list(buckets(model, torch.float32, bucket_mb=1.0))
+    assert bucket["embed.weight"].data_ptr() != bucket["head.weight"].data_ptr()
+    torch.testing.assert_close(bucket["embed.weight"], bucket["head.weight"])
+
+
+def test_fsdp2_parameters_are_gathered_per_tensor(tmp_path):
+    """One gloo rank holding FSDP2-sharded (DTensor) parameters: the buckets are the full tensors."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        reference = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+        expected = {k: v.clone() for k, v in reference.state_dict().items()}
+        model = fully_shard(reference)
+        assert all(isinstance(t, DTensor) for t in model.state_dict().values())
+        got = {k: v for b in buckets(model, torch.float32, bucket_mb=64 / MiB) for k, v in b.items()}
+        assert list(got) == list(expected)
+        for name, value in got.items():
+            assert not isinstance(value, DTensor)
+            torch.testing.assert_close(value, expected[name])
+    finally:
+        dist.destroy_process_group()
