@@ -70,3 +70,32 @@ def test_a_reward_service_that_is_down_fails_the_step_by_name() -> None:
         pytest.raises(RewardStepError, match="step 7: the reward service failed"),
     ):
         score_groups(client, 7, [SAMPLE], [_group(["<answer>B</answer>"])])
+
+
+class _Engine:
+    """Stands in for the rollout engine: answers every prompt with ``text`` (the scoring is tested)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def rollout(self, samples: list[RolloutSample], **_: object) -> list[RolloutGroup]:
+        return [_group([self.text]) for _ in samples]
+
+
+def test_validation_and_the_remax_baseline_read_answers_after_the_assistant_prefix() -> None:
+    """The same prefix rule as the training groups' scores: one helper (``reward_item``) for all."""
+    from services.trainer.config import parse_config
+    from services.trainer.loop import Trainer
+
+    hedge = "B) y. A) was not it"
+    prefixed = _Sample(SAMPLE.reward, assistant_prefix="Best option:(")
+    prefixed.problem_type, prefixed.prompt_tokens = "multiple choice", 1
+    config = parse_config({"data": {"train_files": ["t.jsonl"]}, "actor": {"model_path": "m"}})
+    trainer = Trainer(config)
+    trainer.engine, trainer.reward_client = _Engine(hedge), InProcessRewardClient()
+    trainer.val_samples, trainer._step = [prefixed], 1
+    expected = score_groups(trainer.reward_client, 1, [prefixed], [_group([hedge])])
+    assert expected.accuracy == [1.0]
+    assert trainer.validate()["val/accuracy"] == 1.0
+    baseline = trainer._greedy_baseline([prefixed])
+    assert baseline.tolist() == pytest.approx(expected.overall * config.rollout.n)
