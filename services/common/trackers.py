@@ -42,7 +42,8 @@ class WandbConfig(BaseModel):
 
 
 class MlflowConfig(BaseModel):
-    """``mlflow``: the store (null: ``MLFLOW_TRACKING_URI``, else ``mlruns/`` under the output folder)."""
+    """``mlflow``: the store (null: ``MLFLOW_TRACKING_URI``, else ``mlruns/mlflow.db`` under the output
+    folder, artifacts beside it)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -145,6 +146,11 @@ class WandbTracker:
         self.run.finish(exit_code=0 if status in ("finished", "stopped", "succeeded", "cancelled") else 1)
 
 
+def local_store(root: Path) -> str:
+    """The tracking URI of the default MLflow store under ``root`` (``OUTPUT_DIR/mlruns``)."""
+    return f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+
+
 class MlflowTracker:
     server_last_step = -1
 
@@ -155,11 +161,13 @@ class MlflowTracker:
         from mlflow.entities import Param, RunStatus
 
         uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        artifacts = None
         if uri is None:
-            uri = (output_dir / "mlruns").resolve().as_uri()
-            # MLflow 3 keeps its folder store in maintenance mode behind this opt-in; a folder beside the
-            # run's own files needs no server or database (MLFLOW_TRACKING_URI=sqlite:///... for one).
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            # A local store beside the run's files: an SQLite file, not MLflow's folder store, where a
+            # metric is a file and so ``val/accuracy`` and ``val/accuracy/<type>`` cannot both exist.
+            root = (output_dir / "mlruns").resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            uri, artifacts = local_store(root), (root / "artifacts").as_uri()
         self.client = MlflowClient(tracking_uri=uri)
         params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in flatten(config).items()}
         if run_id is not None:
@@ -173,7 +181,9 @@ class MlflowTracker:
         else:
             experiment = cfg.experiment or name
             found = self.client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+            experiment_id = (
+                found.experiment_id if found else self.client.create_experiment(experiment, artifacts)
+            )
             run = self.client.create_run(experiment_id, run_name=cfg.run_name or name)
         self.run_id = run.info.run_id
         items = [Param(k, v[:6000]) for k, v in params.items()]

@@ -1,5 +1,5 @@
 """Eval summaries reach the configured trackers: every number a summary holds (overall, named metrics,
-each breakdown's cells), read back from a real wandb offline run and a real MLflow file store; a
+each breakdown's cells), read back from a real wandb offline run and a real MLflow local store; a
 restarted eval continues the same tracker runs one step later instead of logging a step twice."""
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from services.common.trackers import MlflowConfig, WandbConfig, log_eval_summaries, summary_metrics
+from services.common.trackers import (
+    MlflowConfig,
+    WandbConfig,
+    local_store,
+    log_eval_summaries,
+    summary_metrics,
+)
 from services.eval.benchmarks.results import Cell, Summary
 from services.eval.config import EvalConfig
 
@@ -62,7 +68,6 @@ def test_eval_summaries_reach_wandb_and_mlflow_once_per_attempt(tmp_path: Path, 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     common = dict(
         output_dir=tmp_path, name="eval-abc", config={"benchmarks": ["mvbench"]}, status="succeeded",
         wandb=WandbConfig(project="reelrl-eval-test"), mlflow=MlflowConfig(experiment="reelrl-eval"),
@@ -73,7 +78,7 @@ def test_eval_summaries_reach_wandb_and_mlflow_once_per_attempt(tmp_path: Path, 
         )
 
     record = json.loads((tmp_path / "trackers.json").read_text())
-    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    client = MlflowClient(tracking_uri=local_store(tmp_path / "mlruns"))
     runs = client.search_runs([client.get_experiment_by_name("reelrl-eval").experiment_id])
     assert [r.info.run_id for r in runs] == [record["mlflow"]["id"]]
     history = client.get_metric_history(runs[0].info.run_id, "eval/mvbench/overall")

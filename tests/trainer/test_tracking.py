@@ -1,5 +1,5 @@
 """Step metrics reach every configured logger: metrics.jsonl, TensorBoard's event files, a wandb offline run
-and an MLflow file store, each read back with its library's own reader; the trackers hold every step once,
+and an MLflow local store, each read back with its library's own reader; the trackers hold every step once,
 also across a resume that recomputes steps."""
 
 from __future__ import annotations
@@ -128,20 +128,20 @@ def test_a_retried_job_continues_its_wandb_run_and_a_new_run_does_not(tmp_path: 
     other.finish("finished")
 
 
-def test_mlflow_file_store_holds_every_step_once_params_and_checkpoint_pointers(
+def test_mlflow_local_store_holds_every_step_once_params_and_checkpoint_pointers(
     tmp_path: Path, monkeypatch
 ) -> None:
     from mlflow import MlflowClient
 
-    from services.common.trackers import MlflowConfig
+    from services.common.trackers import MlflowConfig, local_store
 
     config = {"trainer": {"total_steps": 4, "loggers": ["jsonl", "mlflow"]}, "actor": {"optim": {"lr": 1e-6}}}
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # the default store opts in by itself
     settings = MlflowConfig(experiment="reelrl-test")
     first = MetricsLogger(tmp_path, name="t", config=config, loggers=["mlflow"], mlflow=settings)
     for step in range(4):
-        first.log(step, {"reward/overall": step / 10, "val/accuracy": float("nan")})
+        # a name that is also the prefix of another (the loop logs both): MLflow's folder store cannot
+        first.log(step, {"reward/overall": step / 10, "reward/overall/mc": 1.0, "val/accuracy": float("nan")})
     ckpt = tmp_path / "checkpoints" / "step_000002"
     (ckpt / "model").mkdir(parents=True)
     (ckpt / "model" / "model.safetensors").write_bytes(b"\0" * 4096)
@@ -157,7 +157,7 @@ def test_mlflow_file_store_holds_every_step_once_params_and_checkpoint_pointers(
     second.log(4, {"reward/overall": 0.4})
     second.finish("finished")
 
-    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    client = MlflowClient(tracking_uri=local_store(tmp_path / "mlruns"))
     experiment = client.get_experiment_by_name("reelrl-test")
     runs = client.search_runs([experiment.experiment_id])
     assert [r.info.run_id for r in runs] == [saved["mlflow"]["id"]]
@@ -166,6 +166,7 @@ def test_mlflow_file_store_holds_every_step_once_params_and_checkpoint_pointers(
     history = client.get_metric_history(run.info.run_id, "reward/overall")
     assert sorted((m.step, m.value) for m in history) == [(0, 0), (1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
     assert client.get_metric_history(run.info.run_id, "val/accuracy") == []
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "reward/overall/mc")] == [0, 1, 2, 3]
     assert run.data.params["trainer.total_steps"] == "4"
     assert run.data.params["actor.optim.lr"] == "1e-06"
     assert json.loads(run.data.params["trainer.loggers"]) == ["jsonl", "mlflow"]
