@@ -139,3 +139,27 @@ def test_jobs_stream_announces_new_jobs(stack):
         listener.join(60)
         assert any(j["id"] == job_id for j in seen), seen
         http.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_rebound_host_names_and_cross_origin_writes_are_refused(stack):
+    """DNS rebinding: a page on attacker.example whose name now points at 127.0.0.1 reaches the real
+    server with its own Host and Origin; the open API refuses it (reads too)."""
+    body = {"kind": "preprocess", "config": {"dataset": "train.jsonl", "out": "out/rebind.jsonl"}}
+    rebound = {"host": "attacker.example:18101", "origin": "http://attacker.example:18101"}
+    with stack.http() as http:
+        before = http.get("/v1/jobs").json()["total"]
+        assert http.post("/v1/jobs", json=body, headers=rebound).status_code == 400
+        assert http.get("/v1/jobs", headers={"host": "attacker.example:18101"}).status_code == 400
+        assert http.get("/", headers={"host": "attacker.example"}).status_code == 400
+        # A page on another site, sent to the right name: the write is refused, in this open mode too.
+        foreign = http.post("/v1/jobs", json=body, headers={"origin": "http://attacker.example"})
+        assert foreign.status_code == 403 and "cross-origin" in foreign.json()["detail"]
+        assert http.get("/v1/jobs").json()["total"] == before
+        port = stack.url.rsplit(":", 1)[1]
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            assert http.get("/healthz", headers={"host": host}).status_code == 200
+        own = http.post("/v1/jobs", json=body, headers={"origin": stack.url})
+        assert own.status_code == 202, own.text
+        assert (
+            http.post(f"/v1/jobs/{own.json()['id']}/cancel", headers={"origin": stack.url}).status_code == 200
+        )

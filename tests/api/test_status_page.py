@@ -291,3 +291,30 @@ def test_jobs_list_cancels_a_queued_job_after_asking(stack, browser):
         page.reload()
         assert page.locator(f"{row} button[data-cancel]").count() == 0
     assert errors == []
+
+
+def test_job_page_fills_in_started_shows_tracebacks_as_text_and_bidi_visibly(stack, browser):
+    job_id = create_job("preprocess", {"n": "trace"})
+    with page_of(browser) as (page, errors):
+        page.goto(f"{stack.url}/jobs/{job_id}")
+        assert page.inner_text("#job-started") == "—"
+        with pytest.raises(RuntimeError), run_job(job_id):
+            # Left open, the page learns the start from the stream.
+            page.wait_for_selector("#job-started:not(:text('—'))", timeout=20_000)
+            raise RuntimeError("can't decode 'clip'\u202e evil\nsecond line")
+        page.wait_for_selector("#job-state:text('failed')", timeout=20_000)
+        assert get_job(job_id).started_at.strftime("%H:%M:%S") in page.inner_text("#job-started")
+        # The reason with the override shown, not obeyed; the traceback as lines, quotes as written.
+        assert "<U+202E>" in page.inner_text("#job-reason") and "\u202e" not in page.inner_text("#job-reason")
+        live = page.inner_text("#events pre.traceback")
+        assert "Traceback (most recent call last)" in live
+        assert "\nRuntimeError: can't decode 'clip'<U+202E> evil\nsecond line" in live
+        assert "\\u0027" not in live
+        page.reload()  # server-rendered: the same
+        rendered = page.inner_text("#events pre.traceback")
+        assert "\nRuntimeError: can't decode 'clip'<U+202E> evil\nsecond line" in rendered
+        assert "\\u0027" not in page.inner_text("#events")
+        page.goto(f"{stack.url}/")
+        row = f'tr[data-job-id="{job_id}"]'
+        assert "<U+202E>" in page.inner_text(f"{row} td.message")
+    assert errors == []
