@@ -17,6 +17,7 @@ from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
 from services.rollout.media import FrameSource
 from services.rollout.samples import RolloutGroup, RolloutSample
+from services.rollout.weight_sync import WeightBuckets
 from services.trainer import checkpoints as ckpt
 from services.trainer.actor import Actor, PolicyModel, distributed, torch_dtype
 from services.trainer.batch import PromptInputs, TokenSequence
@@ -107,6 +108,15 @@ class LocalActorGroup:
         """Full weights for a push, in the engine's dtype (every rank must call; rank 0 receives them).
         A bucketed sender reads them one tensor at a time instead: ``actor.full_tensors(push_dtype)``."""
         return self.actor.full_state_dict(self.push_dtype)
+
+    def weight_buckets(self, bucket_mb: float) -> WeightBuckets | None:
+        """The weights as a bucketed push (``services.trainer.weight_buckets``), or None where the
+        tensors are sharded over ranks: a pass then is a collective the driver cannot run alone."""
+        if self.world_size != 1:
+            return None
+        from services.trainer.weight_buckets import weight_buckets
+
+        return weight_buckets(self.actor.model, self.push_dtype, bucket_mb)
 
     # -- warm start ---------------------------------------------------------------------------------------
 

@@ -682,8 +682,14 @@ class Trainer:
 
     def _push_weights(self) -> None:
         """The actor's new weights into the engine; from Ray ranks to a Ray engine they go as rank 0's
-        object reference, not through the driver."""
-        if getattr(self.engine, "accepts_refs", False) and hasattr(self.group, "state_dict_ref"):
+        object reference, not through the driver; from an unsharded actor to in-process engines, in
+        buckets of ``rollout.weight_bucket_mb`` (never a second full copy of the model)."""
+        bucket_mb = self.config.rollout.weight_bucket_mb
+        buckets = getattr(self.group, "weight_buckets", None)
+        stream = None if bucket_mb is None or buckets is None else buckets(bucket_mb)
+        if stream is not None and not getattr(self.engine, "accepts_refs", False):
+            self.engine.push_weights(stream)
+        elif getattr(self.engine, "accepts_refs", False) and hasattr(self.group, "state_dict_ref"):
             self.engine.push_weights(self.group.state_dict_ref())
         else:
             self.engine.push_weights(self.group.state_dict())
