@@ -4,6 +4,7 @@ bf16 weights rounds ~98 % of such updates away (issue 17), an fp32 master keeps 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,15 @@ def test_the_old_dtype_key_means_the_compute_dtype() -> None:
         )
     defaults = parse_config(MINIMAL).actor
     assert (defaults.param_dtype, defaults.compute_dtype) == ("float32", "float32")
+
+
+@pytest.mark.parametrize("name", ["qwen2_5_vl_7b_dapo", "qwen2_5_vl_7b_luffy", "qwen3_vl_8b_grpo"])
+def test_the_large_recipes_train_an_fp32_master_with_bf16_forwards(name: str) -> None:
+    from services.trainer.config import load_config
+
+    actor = load_config(Path(__file__).resolve().parents[2] / "examples" / f"{name}.yaml").actor
+    assert (actor.param_dtype, actor.compute_dtype, actor.allow_low_precision_master) == (
+        "float32",
+        "bfloat16",
+        False,
+    )
