@@ -27,6 +27,13 @@ class Minerva(Benchmark):
         {"prompt": "{question}\n{options}\nAnswer with the option's letter from the given choices directly."}
     )
     breakdowns = fixed({"skill": "skills", "split": "split", "category": "category"})
+    # google-deepmind/neptune releases MINERVA's data (minerva.json) without a scorer: lmms-eval's
+    # task is the public rule-based one
+    official_readers = fixed({"multiple choice": "minerva"})
+    official_source = (
+        "EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/minerva/utils.py · _extract_choice_letter + "
+        "minerva_process_results (the release, google-deepmind/neptune, has no scorer; accuracy)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

@@ -44,6 +44,13 @@ class OVOBench(Benchmark):
     title = "OVO-Bench"
     annotations = ("ovo_bench_new.json", "*.json")
     video = fixed({"fps": None, "nframes": 64})
+    official_readers = fixed(
+        {"multiple choice": "ovobench_choice", "counting": "ovobench_count", "boolean": "ovobench_yes_no"}
+    )
+    official_source = (
+        "JoeLeelyf/OVO-Bench · utils/OVOBenchScore.py · OVOBenchOfflineScore.calculate_score_backward_realtime "
+        "/ calculate_score_forward / score (task means; category means; the mean of the three)"
+    )
     templates = fixed(
         {
             "choice": "\nQuestion: {question}\nOptions:\n{options}\n\nRespond only with the letter corresponding to "

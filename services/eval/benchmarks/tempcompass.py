@@ -79,6 +79,14 @@ class TempCompass(Benchmark):
     title = "TempCompass"
     annotations = ("questions/*.json", "*/test-*.parquet")
     video = fixed({"fps": 1.0, "max_pixels": 720 * 720})  # the official Qwen2-VL runner's settings
+    # caption matching and captioning keep the robust reader (and the judge): their official rules
+    # need ChatGPT for captioning and the original option strings for caption matching
+    official_formats = fixed({"multi-choice": "tempcompass_mc", "yes_no": "tempcompass_yes_no"})
+    official_readers = fixed({"multiple choice": "tempcompass_mc", "boolean": "tempcompass_yes_no"})
+    official_source = (
+        "llyx97/TempCompass · eval_multi-choice.py · main / eval_yes_no.py · extract_pred (their matching "
+        "rules, as with --disable_llm: what needs ChatGPT scores 0; accuracy per format, the mean of formats)"
+    )
     templates = fixed(
         {
             "multi-choice": "{question}\n{options}\nPlease directly give the best option:",
@@ -130,6 +138,9 @@ class TempCompass(Benchmark):
             fields["answer"] = _lead_letter(mc_answer, where)
             fields["judge_question"] = mc_question
         return make_sample(fields, where=where)
+
+    def official_reader(self, sample: Sample) -> str | None:
+        return self.official_formats.get(sample.extra("format"))
 
     def template_for(self, sample: Sample) -> str:
         return self.templates[sample.extra("format")]

@@ -31,6 +31,11 @@ class VideoHolmes(Benchmark):
     option_style = "{letter}: {text}"
     option_sep = ", "
     breakdowns = fixed({"question_type": "question_type"})
+    official_readers = fixed({"multiple choice": "video_holmes"})
+    official_source = (
+        "TencentARC/Video-Holmes · evaluate.py · the answer matching after generation (accuracy overall "
+        "and per question type)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

@@ -92,6 +92,11 @@ class VideoMMEv2(Benchmark):
             "{subtitles}\nQuestion: {question}\n{options}\n" + _INSTRUCT,
         }
     )
+    official_readers = fixed({"multiple choice": "videomme_v2"})
+    official_source = (
+        "MME-Benchmarks/Video-MME-v2 · evaluation/test_video_mme_v2.py · extract_characters_regex_v2 + "
+        "get_final_rating (cal_relevance / cal_logic: the group score per video of 4 questions)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

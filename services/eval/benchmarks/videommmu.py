@@ -49,6 +49,13 @@ class VideoMMMU(Benchmark):
     name = "videommmu"
     title = "Video-MMMU"
     annotations = ("data/*_video.json", "*/test-*.parquet")
+    # multiple choice only: open answers keep the robust reader (MMMU's parse_open_response is a
+    # number/phrase matcher the robust numeric and text types already cover)
+    official_readers = fixed({"multiple choice": "videommmu"})
+    official_source = (
+        "EvolvingLMMs-Lab/VideoMMMU · lmms_eval/tasks/videommmu/utils.py · parse_multi_choice_response + "
+        "eval_multi_choice (accuracy per track)"
+    )
     templates = fixed(
         {
             "plain": "{question}\n{options}\nPlease ignore the Quiz question in last frame of the video.",

@@ -143,3 +143,184 @@ def first_word(response: str) -> str:
 def vsibench_choice(response: str, prefix: str, sample: RewardSample) -> Read:
     word = first_word(response)
     return Read(word.upper() or None)
+
+
+VIDEOMME_V2_PREFIXES = (
+    "Final Answer:",
+    "The best answer is",
+    "The correct answer is",
+    "The answer is",
+    "The answer",
+    "The best option is",
+    "The correct option is",
+    "Best answer:",
+    "Best option:",
+    "Answer:",
+    "Option:",
+)
+
+
+@official_reader(
+    "videomme_v2",
+    rule="remove the answer phrases ('Final Answer:' first), then the first capital A–H anywhere",
+    source="MME-Benchmarks/Video-MME-v2 · evaluation/test_video_mme_v2.py · extract_characters_regex_v2",
+)
+def videomme_v2(response: str, prefix: str, sample: RewardSample) -> Read:
+    return Read(first_capital(response, VIDEOMME_V2_PREFIXES, "ABCDEFGH"))
+
+
+_HOLMES_ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
+
+
+@official_reader(
+    "video_holmes",
+    rule="the last <answer>…</answer> (else the whole reply); the first of A–F written 'X ', 'X:' or "
+    "'[X', else the first of A–F occurring anywhere, in letter order",
+    source="TencentARC/Video-Holmes · evaluate.py · the answer matching after generation",
+)
+def video_holmes(response: str, prefix: str, sample: RewardSample) -> Read:
+    tagged = _HOLMES_ANSWER.findall(response)
+    choice = tagged[-1].strip() if tagged else response
+    letters = "ABCDEF"
+    for letter in letters:
+        if f"{letter} " in choice or f"{letter}:" in choice or f"[{letter}" in choice:
+            return Read(letter)
+    for letter in letters:
+        if letter in choice:
+            return Read(letter)
+    return Read(None)
+
+
+_EXPLICIT = re.compile(r"(?:answer|option)\s*(?:is|:)\s*([ABCDE])", re.I)
+_MINERVA_PREFIXES = (
+    "The best answer is",
+    "The correct answer is",
+    "The answer is",
+    "Answer:",
+    "Option:",
+    "Therefore, the final answer is:",
+)
+
+
+@official_reader(
+    "minerva",
+    rule="the last 'answer/option is|: X' (any case), else the last capital A–E after removing the "
+    "answer phrases; none → a random option (here: wrong)",
+    source="EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/minerva/utils.py · _extract_choice_letter + "
+    "minerva_process_results",
+)
+def minerva(response: str, prefix: str, sample: RewardSample) -> Read:
+    text = response.strip()
+    explicit = list(_EXPLICIT.finditer(text))
+    if explicit:
+        return Read(explicit[-1].group(1).upper())
+    for phrase in _MINERVA_PREFIXES:
+        text = text.replace(phrase, "")
+    letters = re.findall(r"[ABCDE]", text)
+    return Read(letters[-1]) if letters else Read(None, random=True)
+
+
+@official_reader(
+    "ovobench_choice",
+    rule="right when the truth's letter occurs anywhere in the reply (case-sensitive substring)",
+    source="JoeLeelyf/OVO-Bench · utils/OVOBenchScore.py · calculate_score_backward_realtime.get_score",
+    compare="given",
+)
+def ovobench_choice(response: str, prefix: str, sample: RewardSample) -> Read:
+    return Read(1.0 if str(sample.answer).strip() in response else 0.0)
+
+
+@official_reader(
+    "ovobench_count",
+    rule="every digit of the reply joined, equal to the count",
+    source="JoeLeelyf/OVO-Bench · utils/OVOBenchScore.py · calculate_score_forward.get_score_REC",
+    compare="given",
+)
+def ovobench_count(response: str, prefix: str, sample: RewardSample) -> Read:
+    digits = "".join(re.findall(r"\d+", response))
+    return Read(1.0 if digits == str(sample.answer).strip() else 0.0)
+
+
+@official_reader(
+    "ovobench_yes_no",
+    rule="the reply 'Y'/'N' exactly, else 'Yes'/'No' (case-sensitive) occurring anywhere",
+    source="JoeLeelyf/OVO-Bench · utils/OVOBenchScore.py · calculate_score_forward (SSR / CRR)",
+    compare="given",
+)
+def ovobench_yes_no(response: str, prefix: str, sample: RewardSample) -> Read:
+    yes = str(sample.answer).strip().lower() == "yes"
+    if response == ("Y" if yes else "N"):
+        return Read(1.0)
+    return Read(1.0 if ("Yes" if yes else "No") in response else 0.0)
+
+
+@official_reader(
+    "tempcompass_mc",
+    rule="after stripping: the full answer ('A. text'), a bare A–D, or a reply starting 'X.' / 'X)'; "
+    "anything else goes to the ChatGPT judge (here, as with --disable_llm: unreadable, 0)",
+    source="llyx97/TempCompass · eval_multi-choice.py · main (hand-crafted matching rules)",
+)
+def tempcompass_mc(response: str, prefix: str, sample: RewardSample) -> Read:
+    text = response.replace("</s>", "").strip()
+    full = {f"{o.letter}. {o.text}": o.letter for o in sample.options}
+    if text in full:
+        return Read(full[text])
+    if text in ("A", "B", "C", "D"):
+        return Read(text)
+    for mark in (".", ")"):
+        if any(text.startswith(f"{letter}{mark}") for letter in "ABCD"):
+            return Read(text.split(mark)[0])
+    return Read(None)
+
+
+@official_reader(
+    "tempcompass_yes_no",
+    rule="the lowercased reply starts with 'yes' or 'no'; else the ChatGPT judge (here: unreadable, 0)",
+    source="llyx97/TempCompass · eval_yes_no.py · extract_pred",
+)
+def tempcompass_yes_no(response: str, prefix: str, sample: RewardSample) -> Read:
+    text = response.replace("</s>", "").strip().lower()
+    for word in ("yes", "no"):
+        if text.startswith(word):
+            return Read(word == "yes")
+    return Read(None)
+
+
+def _mmmu_last(response: str, candidates: list[str], marks: str | None, texts: dict[str, str]) -> str:
+    """Of several candidates, the one written last (by the mark that found them, else by its text)."""
+    if marks is None:
+        positions = [response.lower().rfind(texts[c].lower()) for c in candidates]
+    else:
+        positions = [response.rfind(marks.format(c)) for c in candidates]
+    return candidates[max(range(len(candidates)), key=lambda i: (positions[i], -i))]
+
+
+@official_reader(
+    "videommmu",
+    rule="punctuation stripped from the ends; candidates 'X.' and 'X:', else '(X)', else 'X ', else "
+    "(over 5 words) an option's text; several → the one written last; none → 'No Answer Found' (wrong)",
+    source="EvolvingLMMs-Lab/VideoMMMU · lmms_eval/tasks/videommmu/utils.py · parse_multi_choice_response + "
+    "eval_multi_choice",
+)
+def videommmu(response: str, prefix: str, sample: RewardSample) -> Read:
+    if response == "":
+        return Read(None)
+    for char in ",.!?;:'":
+        response = response.strip(char)
+    response = f" {response} "
+    letters = [o.letter for o in sample.options]
+    texts = {o.letter: o.text for o in sample.options}
+    period = [c for c in letters if f"{c}." in response]
+    colon = [c for c in letters if f"{c}:" in response]
+    candidates, marks = period + colon, "{}." if period else "{}:"
+    if not candidates:
+        candidates, marks = [c for c in letters if f"({c})" in response], "({})"
+    if not candidates:
+        candidates, marks = [c for c in letters if f"{c} " in response], " {} "
+    if not candidates and len(response.split()) > 5:
+        candidates = [c for c in letters if texts[c].lower() in response.lower()]
+        marks = None
+    if not candidates:
+        return Read(None)
+    # (the released code returns the first candidate when there is one, the last-written of several)
+    return Read(candidates[0] if len(candidates) == 1 else _mmmu_last(response, candidates, marks, texts))

@@ -225,3 +225,107 @@ def test_charades_sta(tmp_path, evaluate):
         assert out.results[f"charades_sta_test/{i}"].accuracy == pytest.approx(iou), CHARADES[i][0]
     assert out.summary.overall == pytest.approx(100 * sum(ious) / len(ious))
     assert out.summary.metrics["R@0.5"] == pytest.approx(100 * sum(v >= 0.5 for v in ious) / len(ious))
+
+
+def in_order(name: str, path, responses=RESPONSES, **options) -> dict[str, str]:
+    """The responses given to the benchmark's samples in file order."""
+    from services.eval.benchmarks import get_benchmark
+
+    bench = get_benchmark(name, **options)
+    samples = bench.load(bench.find_annotations(path))
+    assert len(samples) == len(responses)
+    return {s.id: r for s, r in zip(samples, responses, strict=True)}
+
+
+def test_videomme_v2(tmp_path, evaluate):
+    # MME-Benchmarks/Video-MME-v2 evaluation/test_video_mme_v2.py: extract_characters_regex_v2 and
+    # cal_relevance over groups of 4 (16 responses, four relevance groups, truth B):
+    # group 1: B, (B), B. blue, The answer is B → 4 right → 100
+    # group 2: blue, b, **B**, B or C → 2 → 100·4/16 = 25
+    # group 3: "", <think>…A…, Answer: B, B) blue → 2 → 25 (the script marks unreadable -1 and sums it,
+    #          which would give 1; here unreadable is wrong, 0)
+    # group 4: I think it is B., C, Based…, " B" → 3 → 100·9/16 = 56.25
+    options = "\n".join(f"{c}. option {c}" for c in "ABCDEFGH")
+    rows = [
+        {"video_id": f"{g:03d}", "question_id": f"{g:03d}-{i}", "question": "Q?", "options": options, "answer": "B",
+         "group_type": "relevance", "group_structure": "[1, 2, 3, 4]", "level": 1, "second_head": "p",
+         "third_head": None, "url": ""}
+        for g in range(4) for i in range(1, 5)
+    ]  # fmt: skip
+    write_parquet(tmp_path / "test.parquet", rows)
+    out = evaluate("videomme_v2", tmp_path, in_order("videomme_v2", tmp_path, RESPONSES[:16]))
+    assert out.summary.overall == pytest.approx((100 + 25 + 25 + 56.25) / 4)
+    assert out.summary.metrics["accuracy"] == pytest.approx(100 * 11 / 16)
+
+
+def test_video_holmes(tmp_path, evaluate):
+    # TencentARC/Video-Holmes evaluate.py: 10 of 17 right (see HOLMES in test_readers.py)
+    options = {"A": "red", "B": "blue", "C": "green", "D": "gray", "E": "pink", "F": "black"}
+    items = [{"video ID": f"v{i}", "Question ID": i, "Question Type": "SR", "Question": "Which colour?",
+              "Options": options, "Answer": "B", "Explanation": ""} for i in range(N)]  # fmt: skip
+    write_json(tmp_path / "test_Video-Holmes.json", items)
+    out = evaluate("video_holmes", tmp_path, in_order("video_holmes", tmp_path))
+    assert official_right(out) == 10 and out.summary.overall == pytest.approx(100 * 10 / 17)
+
+
+def test_minerva(tmp_path, evaluate):
+    # lmms-eval minerva _extract_choice_letter (the release has no scorer): 11 right; 4 would be random
+    items = [{"key": f"k{i}", "video_id": f"yt{i}", "question": "Which colour?", "answer": "blue",
+              **{f"answer_choice_{j}": t for j, t in enumerate([*TEXTS, "pink"])}, "answer_id": 1,
+              "reasoning": "", "question type": "Counting", "split": "s", "category": "c"}
+             for i in range(N)]  # fmt: skip
+    write_json(tmp_path / "minerva.json", items)
+    out = evaluate("minerva", tmp_path, in_order("minerva", tmp_path))
+    assert official_right(out) == 11 and out.summary.overall == pytest.approx(100 * 11 / 17)
+    assert len(out.summary.details["official_random_items"]) == 4
+
+
+def test_ovobench(tmp_path, evaluate):
+    # JoeLeelyf/OVO-Bench utils/OVOBenchScore.py: the letter anywhere in the reply; 12 of 17 (EPM),
+    # plus forward probes: REC digits joined, SSR "Y"/"N" or "Yes"/"No" anywhere
+    items = [{"id": i, "task": "EPM", "video": f"v{i}.mp4", "realtime": 5.0, "question": "Which colour?",
+              "answer": "blue", "options": TEXTS, "gt": 1} for i in range(N)]  # fmt: skip
+    items.append(
+        {
+            "id": 100,
+            "task": "REC",
+            "video": "r.mp4",
+            "activity": "jump",
+            "start_times": [1],
+            "end_times": [2],
+            "test_info": [{"realtime": 3.0, "count": 12}, {"realtime": 4.0, "count": 3}],
+        }
+    )
+    items.append({"id": 101, "task": "SSR", "video": "s.mp4", "tutorial": "t", "all_steps": ["cut"], "start_time": 0,
+                  "end_time": 9, "test_info": [{"realtime": 1.0, "step": "cut", "type": 1},
+                                               {"realtime": 2.0, "step": "cut", "type": 0}]})  # fmt: skip
+    write_json(tmp_path / "ovo_bench_new.json", items)
+    responses = {str(i): r for i, r in enumerate(RESPONSES)}
+    responses |= {"100/0": "1, 2", "100/1": "three", "101/0": "Y", "101/1": "No, it is not."}
+    out = evaluate("ovobench", tmp_path, responses)
+    # backward: EPM 12/17; forward: REC 1/2, SSR 2/2 → (50 + 100) / 2 = 75; total: mean of the two
+    assert out.cell("task", "EPM") == pytest.approx(100 * 12 / 17)
+    assert out.summary.overall == pytest.approx((100 * 12 / 17 + 75.0) / 2)
+
+
+def test_tempcompass(tmp_path, evaluate):
+    # llyx97/TempCompass eval_multi-choice.py (--disable_llm): 4 of 17 right; eval_yes_no.py: 2 of 3
+    question = "Which colour?\n" + "\n".join(LETTERED)
+    mc = {"v1": {"action": [{"question": question, "answer": "B. blue"} for _ in range(N)]}}
+    yes_no = {"v1": {"action": [{"question": "Is it blue?", "answer": "yes"} for _ in range(3)]}}
+    write_json(tmp_path / "questions" / "multi-choice.json", mc)
+    write_json(tmp_path / "questions" / "yes_no.json", yes_no)
+    responses = in_order("tempcompass", tmp_path, [*RESPONSES, "Yes.", "yes, it is", "It is, yes."])
+    out = evaluate("tempcompass", tmp_path, responses)
+    assert out.cell("format", "multi-choice") == pytest.approx(100 * 4 / 17)
+    assert out.cell("format", "yes_no") == pytest.approx(100 * 2 / 3)
+    assert out.summary.overall == pytest.approx((100 * 4 / 17 + 100 * 2 / 3) / 2)
+
+
+def test_videommmu(tmp_path, evaluate):
+    # EvolvingLMMs-Lab/VideoMMMU lmms_eval/tasks/videommmu/utils.py parse_multi_choice_response: 8 of 17
+    track = {str(i): {"id": f"dev_Art_{i}", "link_selected": "", "question": "Which colour?", "options": TEXTS,
+                      "answer": "B"} for i in range(N)}  # fmt: skip
+    write_json(tmp_path / "data" / "perception_video.json", {"Perception": track})
+    out = evaluate("videommmu", tmp_path, in_order("videommmu", tmp_path))
+    assert official_right(out) == 8 and out.summary.overall == pytest.approx(100 * 8 / 17)

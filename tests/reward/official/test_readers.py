@@ -37,6 +37,18 @@ VSI = ["B", "(B)", "B", "THE", "BLUE", "B", "**B**", "B", None, "<THINK>A", "ANS
        "(B)"]  # fmt: skip
 # lmms-eval LongVideoBench parse_multi_choice_response: fixed phrase list, first capital A-E, else random
 LVB = ["B", "B", "B", "B", "?", "?", "B", "B", "?", "A", "A", "B", "B", "C", "B", "B", "?"]
+# Video-MME-v2 extract_characters_regex_v2: its phrase list (with "Answer:"), first capital A-H
+VIDEOMME_V2 = ["B", "B", "B", "B", None, None, "B", "B", None, "A", "B", "B", "B", "C", "B", "B", None]
+# Video-Holmes evaluate.py: "X ", "X:" or "[X" for A-F in letter order, else any A-F in letter order
+HOLMES = ["B", "B", "B", "B", None, None, "B", "B", None, "A", "A", "B", "B", "C", "B", "B", None]
+# lmms-eval MINERVA _extract_choice_letter: last "answer/option is|: X", else the last capital A-E
+MINERVA = ["B", "B", "B", "B", "?", "?", "B", "C", "?", "B", "B", "B", "B", "C", "B", "B", "?"]
+# TempCompass eval_multi-choice.py rules: the full answer, a bare letter, "X." or "X)" at the start
+TEMPCOMPASS = [
+    "B", None, "B", None, None, None, None, None, None, None, None, "B", None, "C", None, "B", None,
+]  # fmt: skip
+# Video-MMMU parse_multi_choice_response: "X." / "X:", "(X)", "X ", option text; the last written
+VIDEOMMMU = ["B", "B", "B", "B", None, None, None, "C", None, "A", "B", None, "B", "C", "B", "B", None]
 # the robust reader (training rewards): option text, lowercase letters, phrases; hedges read as nothing
 ROBUST = ["B", "B", "B", "B", "B", "B", "B", None, None, "B", "B", "B", "B", "C", "B", "B", "B"]
 
@@ -48,6 +60,11 @@ COLUMNS = {
     "motionbench": POLISH,
     "vsibench_choice": VSI,
     "longvideobench": LVB,
+    "videomme_v2": VIDEOMME_V2,
+    "video_holmes": HOLMES,
+    "minerva": MINERVA,
+    "tempcompass_mc": TEMPCOMPASS,
+    "videommmu": VIDEOMMMU,
 }
 CASES = [(name, r, col[i]) for name, col in COLUMNS.items() for i, r in enumerate(RESPONSES)]
 
@@ -78,6 +95,49 @@ def test_videomme_variant_letters_and_concatenated_phrases():
     assert score_official("videomme", five, "E").readable is False
     # "Best option: C": the released list never removes "Best option:" alone, so its "B" is read
     assert score_official("videomme", MC, "Best option: C").extracted == "B"
+
+
+# OVO-Bench get_score: right when the truth's letter occurs anywhere (even "B" of "Based")
+OVO = [1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0]
+
+
+@pytest.mark.parametrize(("response", "right"), list(zip(RESPONSES, OVO, strict=True)))
+def test_ovobench_letter_anywhere(response, right):
+    assert score_official("ovobench_choice", MC, response).accuracy == right
+
+
+@pytest.mark.parametrize(
+    ("response", "count", "right"),
+    [("3", 3, 1), ("They did it 3 times.", 3, 1), ("1, 2", 12, 1), ("three", 3, 0), ("3 or 4", 3, 0)],
+)
+def test_ovobench_count_joins_every_digit(response, count, right):
+    sample = {"problem_type": "counting", "answer": count}
+    assert score_official("ovobench_count", sample, response).accuracy == right
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "right"),
+    [
+        ("Y", "yes", 1),
+        ("N", "no", 1),
+        ("Yes.", "yes", 1),
+        ("yes", "yes", 0),
+        ("No, Yes", "yes", 1),
+        ("y", "yes", 0),
+    ],
+)
+def test_ovobench_yes_no(response, truth, right):
+    sample = {"problem_type": "boolean", "answer": truth}
+    assert score_official("ovobench_yes_no", sample, response).accuracy == right
+
+
+@pytest.mark.parametrize(
+    ("response", "right", "readable"),
+    [("Yes", 1, True), ("yes, he is", 1, True), ("No.", 0, True), ("I think yes", 0, False), ("", 0, False)],
+)
+def test_tempcompass_yes_no_starts_with(response, right, readable):
+    result = score_official("tempcompass_yes_no", {"problem_type": "boolean", "answer": "yes"}, response)
+    assert (result.accuracy, result.readable) == (right, readable)
 
 
 VSI_NA = {"problem_type": "regression", "answer": "4"}
