@@ -25,7 +25,15 @@ from services.rollout.samples import (
     StreamDelta,
     VersionSpans,
 )
-from services.rollout.vllm_bridge import delta_from, engine_kwargs, sampling_params
+from services.rollout.seeds import SeedKey, group_seeds
+from services.rollout.vllm_bridge import (
+    delta_from,
+    engine_kwargs,
+    on_cpu,
+    sampling_params,
+    seedable_kwargs,
+    seeds_supported,
+)
 from services.rollout.weight_sync import ReloadCall, Weights, check_reload_results, reload_call
 
 _request_ids = itertools.count()
@@ -75,7 +83,10 @@ class AsyncRolloutEngine(EngineBase):
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**engine_kwargs(self.checkpoint.path, self.config))
+        kwargs = seedable_kwargs(engine_kwargs(self.checkpoint.path, self.config), on_cpu())
+        #: whether requests may carry seeds (see ``vllm_bridge.seedable_kwargs``)
+        self.seedable = seeds_supported(kwargs, on_cpu())
+        args = AsyncEngineArgs(**kwargs)
         self.engine = self._start(lambda: AsyncLLM.from_engine_args(args))
 
     async def prepare(
@@ -94,6 +105,11 @@ class AsyncRolloutEngine(EngineBase):
         from vllm.sampling_params import RequestOutputKind
 
         self._check_ready("generate")
+        if overrides.get("seed") is not None and not self.seedable:
+            raise ValueError(
+                "seeded requests need whole prefills on vLLM's CPU backend: leave "
+                "rollout.engine.enable_chunked_prefill unset (or false)"
+            )
         params = sampling_params(
             self.config,
             n,
@@ -152,17 +168,22 @@ class AsyncRolloutEngine(EngineBase):
         n: int | None = None,
         *,
         mix_policy: bool | None = None,
+        key: SeedKey | None = None,
         **overrides: Any,
     ) -> list[RolloutGroup]:
-        """Like ``RolloutEngine.rollout``, with every sample's request in flight at once; if one request
-        fails, the others are cancelled (vLLM aborts them) and the error propagates."""
+        """Like ``RolloutEngine.rollout`` (``key`` seeds each sample's request the same way), with every
+        sample's request in flight at once; if one request fails, the others are cancelled (vLLM aborts
+        them) and the error propagates."""
         config = self._call_config(n, mix_policy)
         inputs = await self.prepare(samples, config)
         counts = online_counts(samples, config)
+        seeds = group_seeds(config.seed, key, samples)
         async with asyncio.TaskGroup() as group:
             tasks = [
-                group.create_task(self.generate(item, k, **overrides))
-                for item, k in zip(inputs, counts, strict=True)
+                group.create_task(
+                    self.generate(item, k, **overrides, **({} if seed is None else {"seed": seed}))
+                )
+                for item, k, seed in zip(inputs, counts, seeds, strict=True)
             ]
         generated = [task.result() for task in tasks]
         gate = self._gate_client(config)

@@ -55,8 +55,28 @@ class RolloutConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int | None = Field(None, gt=0, description="null: no top-k truncation")
     max_tokens: int = Field(512, gt=0, description="response length limit in tokens")
-    seed: int = Field(0, description="engine seed: same seed, requests and weights → same rollouts")
+    seed: int = Field(
+        0,
+        description="the run's sampling seed: each request is seeded from (seed, step, sample id), "
+        "responses by their index (services/rollout/seeds.py); also the engine's own seed",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    # The fleet (docs/rollout.md, "Placements"): where the engines run and how many there are.
+    # colocated: an engine shard on every group of tensor_parallel_size actor ranks (same processes and
+    # GPUs, asleep during the update); disaggregated: Ray actors on GPUs of their own; driver: engines in
+    # the trainer's process (one-GPU and CPU runs). null: colocated where CUDA is, else disaggregated
+    # with trainer.use_ray and trainer.rollout_on_ray, else driver.
+    placement: Literal["colocated", "disaggregated", "driver"] | None = None
+    engines: int | None = Field(
+        None,
+        ge=1,
+        description="data-parallel engines (null: actor.world_size / tensor_parallel_size when "
+        "colocated, else 1)",
+    )
+    engine_timeout_s: float | None = Field(
+        1800.0, gt=0, description="an engine that takes longer for its share of a call counts as failed"
+    )
 
     # Mixed offline/online groups (SPEC §5): n-1 generated responses + the sample's offline_output.
     mix_policy: bool = False

@@ -15,7 +15,15 @@ from services.rollout.engine_base import EngineBase
 from services.rollout.groups import Generated, assemble_groups, online_counts
 from services.rollout.prompts import EngineInput, check_feature_count, prepare_inputs
 from services.rollout.samples import RolloutGroup, RolloutSample
-from services.rollout.vllm_bridge import engine_kwargs, response_from, sampling_params
+from services.rollout.seeds import SeedKey, group_seeds
+from services.rollout.vllm_bridge import (
+    engine_kwargs,
+    on_cpu,
+    response_from,
+    sampling_params,
+    seedable_kwargs,
+    seeds_supported,
+)
 from services.rollout.weight_sync import (
     WeightBuckets,
     Weights,
@@ -33,7 +41,10 @@ class RolloutEngine(EngineBase):
     def _launch(self) -> None:
         from vllm import LLM
 
-        self.llm = self._start(lambda: LLM(**engine_kwargs(self.checkpoint.path, self.config)))
+        kwargs = seedable_kwargs(engine_kwargs(self.checkpoint.path, self.config), on_cpu())
+        #: whether requests may carry seeds (see ``vllm_bridge.seedable_kwargs``)
+        self.seedable = seeds_supported(kwargs, on_cpu())
+        self.llm = self._start(lambda: LLM(**kwargs))
 
     def prepare(
         self, samples: Sequence[RolloutSample], config: RolloutConfig | None = None
@@ -43,12 +54,26 @@ class RolloutEngine(EngineBase):
         return prepare_inputs(samples, self.checkpoint, self.source, config or self.config)
 
     def generate(
-        self, inputs: Sequence[EngineInput], counts: Sequence[int], **overrides: Any
+        self,
+        inputs: Sequence[EngineInput],
+        counts: Sequence[int],
+        seeds: Sequence[int | None] | None = None,
+        **overrides: Any,
     ) -> list[Generated]:
-        """``counts[i]`` responses to ``inputs[i]``: (prompt token ids, responses) per input."""
+        """``counts[i]`` responses to ``inputs[i]``, seeded ``seeds[i]`` (None: the engine's own random
+        stream): (prompt token ids, responses) per input."""
         self._check_ready("generate")
+        seeds = seeds or [None] * len(inputs)
+        if any(s is not None for s in seeds) and not self.seedable:
+            raise ValueError(
+                "seeded requests need whole prefills on vLLM's CPU backend: leave "
+                "rollout.engine.enable_chunked_prefill unset (or false)"
+            )
         banned = self.checkpoint.placeholder_token_ids
-        params = [sampling_params(self.config, n, banned, **overrides) for n in counts]
+        params = [
+            sampling_params(self.config, n, banned, **overrides, **({} if seed is None else {"seed": seed}))
+            for n, seed in zip(counts, seeds, strict=True)
+        ]
         outputs = self.llm.generate([item.prompt for item in inputs], params, use_tqdm=False)
         results = []
         for item, output in zip(inputs, outputs, strict=True):
@@ -63,14 +88,18 @@ class RolloutEngine(EngineBase):
         n: int | None = None,
         *,
         mix_policy: bool | None = None,
+        key: SeedKey | None = None,
         **overrides: Any,
     ) -> list[RolloutGroup]:
         """A group of ``n`` (default ``config.n``) responses per sample, offline responses mixed in per
-        the config (``mix_policy=False``: not in this call). ``overrides`` replace sampling parameters
-        for this call (e.g. ``temperature=0``)."""
+        the config (``mix_policy=False``: not in this call). ``key``: where in the run the call belongs;
+        each sample's request is then seeded from (``config.seed``, key, sample id) (see
+        ``services.rollout.seeds``). ``overrides`` replace sampling parameters for this call (e.g.
+        ``temperature=0``)."""
         config = self._call_config(n, mix_policy)
         inputs = self.prepare(samples, config)
-        generated = self.generate(inputs, online_counts(samples, config), **overrides)
+        seeds = group_seeds(config.seed, key, samples)
+        generated = self.generate(inputs, online_counts(samples, config), seeds, **overrides)
         return assemble_groups(samples, generated, self.checkpoint, config, self._gate_client(config))
 
     def push_weights(self, weights: Weights, *, transport: str = "file") -> float:

@@ -64,6 +64,30 @@ def check_platform(config: RolloutConfig) -> None:
         )
 
 
+def on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def seedable_kwargs(kwargs: dict[str, Any], cpu: bool) -> dict[str, Any]:
+    """Engine arguments under which seeded requests can run. vLLM 0.32 rewinds a seeded request's
+    generator after each partial prefill chunk, which its CPU sampler cannot do ("CPU Generator does
+    not use offset": the engine dies). On CPU, where ``enable_chunked_prefill`` is left unset, prefills
+    are therefore kept whole: chunking off and a token budget of at least one full sequence. An explicit
+    ``enable_chunked_prefill: true`` is kept (the engine then refuses seeded requests, see
+    :func:`seeds_supported`)."""
+    if not cpu or "enable_chunked_prefill" in kwargs:
+        return kwargs
+    budget = max(kwargs["max_model_len"], kwargs.get("max_num_batched_tokens", 0))
+    return {**kwargs, "enable_chunked_prefill": False, "max_num_batched_tokens": budget}
+
+
+def seeds_supported(kwargs: dict[str, Any], cpu: bool) -> bool:
+    """Whether an engine started with ``kwargs`` can serve seeded requests (see :func:`seedable_kwargs`)."""
+    return not cpu or kwargs.get("enable_chunked_prefill") is False
+
+
 def sampling_params(
     config: RolloutConfig, n: int, banned_token_ids: Sequence[int] = (), **overrides: Any
 ) -> Any:

@@ -25,6 +25,7 @@ from services.common.trackers import require as require_trackers
 from services.reward import RewardResult, make_reward_client
 from services.reward.client import RewardServiceError
 from services.rollout.samples import RolloutGroup, continued_response
+from services.rollout.seeds import SeedKey
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.trainer import checkpoints as ckpt
 from services.trainer.algorithms import (
@@ -327,21 +328,13 @@ class Trainer:
         self.reward_client = make_reward_client(cfg.reward)
 
     def _setup_rollout(self, model_path: str) -> None:
-        """The vLLM engine: a Ray actor in its own placement group (``trainer.use_ray`` and
-        ``trainer.rollout_on_ray``), else in this process (its workers are its own processes)."""
-        trainer = self.config.trainer
-        if trainer.use_ray and trainer.rollout_on_ray:
-            from services.trainer.ray_rollout import RayRolloutEngine
+        """The rollout fleet, per ``rollout.placement`` (``services.trainer.placement``): engines in this
+        process (their workers are processes of their own), Ray actors in placement groups of their
+        own, or shards inside the actor ranks; the loop drives it like one engine."""
+        from services.trainer.placement import start_fleet
 
-            self.engine = RayRolloutEngine(
-                model_path, self.config.effective_rollout(), source=self.source, reward=self.config.reward,
-                cpus=trainer.ray_cpus_rollout, gpus=trainer.ray_gpus_rollout,
-            )  # fmt: skip
-            return
-        from services.rollout.engine import RolloutEngine
-
-        self.engine = RolloutEngine(
-            model_path, self.config.effective_rollout(), source=self.source, reward_client=self.reward_client
+        self.engine = start_fleet(
+            self.config, model_path, source=self.source, reward_client=self.reward_client, group=self.group
         )
 
     # ------------------------------------------------------------------ the loop -----------------------
@@ -366,7 +359,7 @@ class Trainer:
                 done = step
                 last_step_val = step == cfg.total_steps or (cfg.val_freq and step % cfg.val_freq == 0)
                 if last_step_val and self.val_samples:
-                    last_val = self.validate()
+                    last_val = self.validate(step)
                     metrics.update(last_val)
                 # wall time of this process's training so far (validation included, setup not)
                 metrics["perf/elapsed_s"] = time.perf_counter() - started
@@ -390,6 +383,7 @@ class Trainer:
 
     def train_step(self, step: int) -> dict[str, float]:
         cfg = self.config
+        self._step = step
         timer = Timer()
         metrics: dict[str, float] = {}
 
@@ -441,6 +435,7 @@ class Trainer:
 
         metrics.update({f"actor/{k}": v for k, v in update.items()})
         metrics.update(self.step_metrics(samples, groups, scored))
+        metrics.update(self.engine.pop_metrics())  # rollout/engine_failures (engines dropped, re-sent)
         metrics.update(timer.metrics())
         tokens = sum(len(g.prompt_token_ids) + len(r.token_ids) for g in groups for r in g.responses)
         metrics["perf/tokens"] = float(tokens)
@@ -454,9 +449,11 @@ class Trainer:
         and more prompts are drawn until the batch is full (at most ``max_rounds`` rounds)."""
         cfg = self.config
         batch = [self.train_samples[i] for i in self.loader.next_batch()]
-        # No per-request seed: vLLM 0.32's CPU sampler cannot rewind a seeded generator when a prefill is
-        # split into chunks ("CPU Generator does not use offset"); the engine's own seed applies.
-        groups = self.engine.rollout([s.rollout for s in batch])
+        # every request seeded from (rollout.seed, step, sample id): a resumed run samples as the
+        # uninterrupted one, on any number of engines (services/rollout/seeds.py)
+        groups = self.engine.rollout(
+            [s.rollout for s in batch], key=SeedKey(step), prompt_tokens=[s.prompt_tokens for s in batch]
+        )
         metrics: dict[str, float] = {"rollout/offline_slots": 0.0}
         ds = cfg.algorithm.dynamic_sampling
         if ds.enabled:
@@ -474,7 +471,10 @@ class Trainer:
                 if len(kept_s) >= cfg.data.batch_size or rounds >= ds.max_rounds:
                     break
                 batch = [self.train_samples[i] for i in self.loader.next_batch()]
-                groups = self.engine.rollout([s.rollout for s in batch])
+                groups = self.engine.rollout(
+                    [s.rollout for s in batch], key=SeedKey(step, f"train/round{rounds + 1}"),
+                    prompt_tokens=[s.prompt_tokens for s in batch],
+                )  # fmt: skip
             metrics["rollout/dynamic_sampling_rounds"] = float(rounds)
             if not kept_s:
                 log.warning(
@@ -513,7 +513,10 @@ class Trainer:
 
     def _greedy_baseline(self, samples: Sequence[TrainSample]) -> torch.Tensor:
         """ReMax: the reward of one greedy response per prompt, repeated over its group."""
-        groups = self.engine.rollout([s.rollout for s in samples], n=1, mix_policy=False, temperature=0.0)
+        groups = self.engine.rollout(
+            [s.rollout for s in samples], n=1, mix_policy=False, temperature=0.0,
+            key=SeedKey(self._step, "greedy"), prompt_tokens=[s.prompt_tokens for s in samples],
+        )  # fmt: skip
         results = self.reward_client.score_batch(
             [reward_item(s, g.responses[0]) for s, g in zip(samples, groups, strict=True)]
         )
@@ -565,16 +568,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation ---------------------
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int = 0) -> dict[str, float]:
         """Greedy (``rollout.val_temperature``) answers to every validation sample, scored by the reward
-        library: accuracy and format in total and per problem type."""
+        library: accuracy and format in total and per problem type. Sharded across the fleet's engines;
+        sampled (val_temperature > 0) answers are seeded by ``step``."""
         cfg = self.config.rollout
         overrides: dict[str, Any] = {"temperature": cfg.val_temperature}
         if cfg.val_max_tokens:
             overrides["max_tokens"] = cfg.val_max_tokens
         groups = self.engine.rollout(
-            [s.rollout for s in self.val_samples], n=1, mix_policy=False, **overrides
-        )
+            [s.rollout for s in self.val_samples], n=1, mix_policy=False, key=SeedKey(step, "val"),
+            prompt_tokens=[s.prompt_tokens for s in self.val_samples], **overrides,
+        )  # fmt: skip
         results = self.reward_client.score_batch(
             [reward_item(s, g.responses[0]) for s, g in zip(self.val_samples, groups, strict=True)]
         )

@@ -203,8 +203,14 @@ class RayActorGroup:
         else:
             self._temp_dir = _ray_temp_dir(Path(self.config.trainer.output_dir))
             trainer = self.config.trainer
-            # the rollout engine's bundle, when it runs on Ray too, must fit beside the ranks
-            rollout = trainer.ray_cpus_rollout if trainer.rollout_on_ray else 0.0
+            # the rollout engines' bundles, when they run on Ray too, must fit beside the ranks
+            import torch
+
+            from services.trainer.placement import resolve
+
+            layout = resolve(self.config, cuda=torch.cuda.is_available())
+            engines = layout.engines if layout.placement == "disaggregated" else 0
+            rollout = trainer.ray_cpus_rollout * engines
             cpus = max(os.cpu_count() or 1, math.ceil(self.world_size * cpus_per_rank + rollout))
             ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(self._temp_dir))
         self._owns_ray = True

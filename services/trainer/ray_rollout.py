@@ -83,20 +83,44 @@ class RayRolloutEngine:
             raise
         log.info("rollout engine on Ray: %s", self.info)
 
-    def rollout(self, samples: Sequence[RolloutSample], **overrides: Any) -> list[RolloutGroup]:
+    def rollout(self, samples: Sequence[RolloutSample], **options: Any) -> list[RolloutGroup]:
+        """Like ``RolloutEngine.rollout`` (``n``, ``mix_policy``, the seed ``key`` and sampling
+        overrides travel as they are). A dead actor raises Ray's ``RayActorError``; an error of the
+        engine inside it arrives as that error (e.g. the ValueError naming a sample)."""
         import ray
 
-        dumped = ray.get(self.worker.rollout.remote([s.model_dump() for s in samples], **overrides))
+        dumped = ray.get(self.worker.rollout.remote([s.model_dump() for s in samples], **options))
         return [RolloutGroup.model_validate(g) for g in dumped]
+
+    @property
+    def weight_version(self) -> int:
+        """The version the engine inside the actor reports (0: the checkpoint's, +1 per push)."""
+        import ray
+
+        return int(ray.get(self.worker.info.remote(), timeout=START_TIMEOUT_S)["weight_version"])
+
+    def sleep(self, level: int = 1) -> bool:
+        import ray
+
+        return bool(ray.get(self.worker.sleep.remote(level)))
+
+    def wake_up(self) -> bool:
+        import ray
+
+        return bool(ray.get(self.worker.wake_up.remote()))
 
     # the actor group may hand over rank 0's weights as an object reference (no copy in the driver)
     accepts_refs = True
+
+    # ---- the weight push: one method, so that its transport can change alone --------------------------
 
     def push_weights(self, state: Any) -> float:
         """``state``: a state dict, or an object reference to one (resolved inside the actor)."""
         import ray
 
         return float(ray.get(self.worker.push_weights.remote(state, "file")))
+
+    # ---- end of the weight push ----------------------------------------------------------------------
 
     def shutdown(self) -> None:
         """Stop the engine inside the actor (its shared memory and temp folder go with it), then the

@@ -1,0 +1,321 @@
+"""A fleet of rollout engines behind the one-engine interface the training loop calls.
+
+``rollout`` splits a call's groups over the live engines (``services.rollout.routing``: all responses of
+a prompt on one engine, groups balanced by estimated tokens) and returns them in sample order; each
+request's seed depends only on where it belongs in the run (``services.rollout.seeds``), so the
+tokens do not depend on how many engines serve the call. ``push_weights`` loads new weights into every
+engine, which then reports its weight version; an engine whose weights are not the fleet's newest gets
+no work, and every response is checked to come from the newest weights.
+
+Faults: an engine that raises (anything but a ValueError, which is the input's fault) or does not
+answer within ``timeout_s`` is dropped, its groups go to the other engines (``rollout/engine_failures``
+counts it), and, given a ``restart`` factory, a replacement starts in the background; it gets work
+only after it has been brought to the current weights. When no engine is left the call fails naming
+the failures.
+
+Members may be in-process :class:`~services.rollout.engine.RolloutEngine` s (placement ``driver``) or
+``RayRolloutEngine`` actors (``disaggregated``); anything with ``rollout``, ``push_weights``,
+``weight_version``, ``sleep``, ``wake_up`` and ``shutdown`` fits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.rollout import routing
+from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
+from services.rollout.seeds import SeedKey
+
+log = logging.getLogger(__name__)
+RESTART_WAIT_S = 900.0  # at shutdown, for a replacement still starting (a cold vLLM start, loaded machine)
+
+
+class FleetError(RuntimeError):
+    """No engine of the fleet could serve the call."""
+
+
+class StaleWeights(RuntimeError):
+    """An engine generated, or was about to generate, with weights older than the fleet's newest."""
+
+
+@dataclass
+class _Member:
+    index: int
+    engine: Any
+    #: the fleet version whose weights the engine holds, and the engine's own label for them
+    synced: int = 0
+    label: int = 0
+    alive: bool = True
+    restart: Future | None = None
+    failures: list[str] = field(default_factory=list)
+
+
+class Fleet:
+    """``engines``: started engines, all on the checkpoint's weights. ``max_tokens``: the response limit
+    (for the token estimate of a group). ``restart(index)`` starts a replacement for engine ``index``
+    (None: a failed engine stays out). ``timeout_s``: how long one engine may take for its share of a
+    call or a push before it counts as hung (None: no limit)."""
+
+    def __init__(
+        self,
+        engines: Sequence[Any],
+        *,
+        max_tokens: int,
+        n: int,
+        timeout_s: float | None = None,
+        restart: Callable[[int], Any] | None = None,
+    ) -> None:
+        if not engines:
+            raise ValueError("a fleet needs at least one engine")
+        self.members = [_Member(i, e, label=int(e.weight_version)) for i, e in enumerate(engines)]
+        self.max_tokens, self.n, self.timeout_s = max_tokens, n, timeout_s
+        self._restart = restart
+        #: pushes so far: the version every serving engine must hold
+        self.weight_version = 0
+        self._weights: Any = None  # the newest weights, for engines that restart
+        self._failures = 0  # engine failures since the last pop_metrics
+        self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(engines)), thread_name_prefix="fleet")
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ the engine interface ----------
+
+    @property
+    def engines(self) -> int:
+        return len(self.members)
+
+    @property
+    def accepts_refs(self) -> bool:
+        """Whether every engine takes weights as an object reference (Ray members)."""
+        return all(getattr(m.engine, "accepts_refs", False) for m in self.members)
+
+    def rollout(
+        self,
+        samples: Sequence[RolloutSample],
+        n: int | None = None,
+        *,
+        mix_policy: bool | None = None,
+        key: SeedKey | None = None,
+        prompt_tokens: Sequence[int] | None = None,
+        **overrides: Any,
+    ) -> list[RolloutGroup]:
+        """One group per sample, in sample order (see ``RolloutEngine.rollout``); ``prompt_tokens``
+        (each sample's prompt length, when known) weighs the split."""
+        if not samples:
+            return []
+        responses = n or self.n
+        lengths = prompt_tokens if prompt_tokens is not None else [0] * len(samples)
+        if len(lengths) != len(samples):
+            raise ValueError(f"{len(lengths)} prompt lengths for {len(samples)} samples")
+        max_tokens = overrides.get("max_tokens", self.max_tokens)
+        costs = [routing.group_cost(p, responses, max_tokens) for p in lengths]
+        out: list[RolloutGroup | None] = [None] * len(samples)
+        pending = list(range(len(samples)))
+        while pending:
+            live = self._serving()
+            split = routing.assign([costs[i] for i in pending], len(live))
+            calls = {
+                self._pool.submit(
+                    live[e].engine.rollout, [samples[pending[j]] for j in ids], n=n, mix_policy=mix_policy,
+                    key=key, **overrides,
+                ): (live[e], [pending[j] for j in ids])
+                for e, ids in routing.shards(split, range(len(live))).items()
+            }  # fmt: skip
+            retry: list[int] = []
+            deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+            for future, (member, ids) in calls.items():
+                try:
+                    groups = future.result(timeout=_left(deadline))
+                except ValueError:
+                    raise  # the input's fault (a sample named in the message): every engine would refuse it
+                except FutureTimeout:
+                    self._fail(member, f"no answer within {self.timeout_s:g} s")
+                    retry += ids
+                    continue
+                except Exception as exc:
+                    self._fail(member, f"{type(exc).__name__}: {exc}")
+                    retry += ids
+                    continue
+                for i, group in zip(ids, self._fleet_versions(member, groups), strict=True):
+                    out[i] = group
+            pending = sorted(retry)
+        return [g for g in out if g is not None]
+
+    def push_weights(self, weights: Any) -> float:
+        """Load ``weights`` into every serving engine (in parallel); returns the seconds it took. Each
+        engine then reports its weight version, which must be the next one."""
+        started = time.perf_counter()
+        live = self._serving()
+        calls = {self._pool.submit(m.engine.push_weights, weights): m for m in live}
+        version = self.weight_version + 1
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        pushed = []
+        for future, member in calls.items():
+            try:
+                future.result(timeout=_left(deadline))
+                self._record_push(member, version)
+                pushed.append(member)
+            except (ValueError, StaleWeights):
+                raise  # wrong names or shapes: the same for every engine, the engines kept their weights
+            except FutureTimeout:
+                self._fail(member, f"weight push took more than {self.timeout_s:g} s")
+            except Exception as exc:
+                self._fail(member, f"weight push: {type(exc).__name__}: {exc}")
+        if not pushed:
+            raise FleetError(f"no engine took the new weights: {self._failure_summary()}")
+        self.weight_version, self._weights = version, weights
+        return time.perf_counter() - started
+
+    def sleep(self, level: int = 1) -> bool:
+        """Every serving engine sleeps (see ``RolloutEngine.sleep``); False where none could."""
+        return any([m.engine.sleep(level) for m in self._serving()])
+
+    def wake_up(self) -> bool:
+        return any([m.engine.wake_up() for m in self._serving()])
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``rollout/engine_failures`` since the last call (engines dropped or timed out)."""
+        with self._lock:
+            failures, self._failures = self._failures, 0
+        return {"rollout/engine_failures": float(failures)}
+
+    def shutdown(self) -> None:
+        """Stop every engine, replacements being started included, each even when another fails; the
+        first error is raised at the end. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for member in self.members:
+            if member.restart is not None:
+                try:  # a replacement still starting is stopped once it has started
+                    replacement = member.restart.result(timeout=RESTART_WAIT_S)
+                except Exception:
+                    replacement = None
+                if replacement is not None:
+                    _stop(replacement, errors)
+            _stop(member.engine, errors)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ members -------------------------
+
+    def _serving(self) -> list[_Member]:
+        """The engines that may get work now: alive and on the newest weights (replacements that have
+        started are brought to them first)."""
+        self._adopt_replacements()
+        live = [m for m in self.members if m.alive]
+        if not live:
+            raise FleetError(f"every rollout engine failed: {self._failure_summary()}")
+        for m in live:
+            if m.synced != self.weight_version:
+                raise StaleWeights(
+                    f"rollout engine {m.index} holds weights {m.synced}, the fleet's newest are "
+                    f"{self.weight_version}"
+                )
+        return live
+
+    def _record_push(self, member: _Member, version: int) -> None:
+        reported = int(member.engine.weight_version)
+        if reported != member.label + 1:
+            raise StaleWeights(
+                f"rollout engine {member.index} reports weight version {reported} after a push from "
+                f"{member.label}: the push did not take"
+            )
+        member.synced, member.label = version, reported
+
+    def _fleet_versions(self, member: _Member, groups: Sequence[RolloutGroup]) -> list[RolloutGroup]:
+        """The groups with every response labelled by the fleet's weight version instead of the engine's
+        own count (a restarted engine counts from 0), after checking that each token came from the
+        weights of the newest push."""
+        seen = {v for g in groups for r in g.responses if not r.offline for _, v in r.weight_versions}
+        if seen - {member.label}:
+            raise StaleWeights(
+                f"rollout engine {member.index} generated with weight version(s) {sorted(seen)}, expected "
+                f"{member.label} (fleet version {self.weight_version})"
+            )
+        version = self.weight_version
+        return [
+            g.model_copy(update={"responses": [_relabel(r, version) for r in g.responses]}) for g in groups
+        ]
+
+    def _fail(self, member: _Member, reason: str) -> None:
+        log.warning("rollout engine %d failed (%s): its groups go to the other engines", member.index, reason)
+        member.alive = False
+        member.failures.append(reason)
+        with self._lock:
+            self._failures += 1
+        broken = member.engine
+        restart = self._restart
+
+        def replace() -> Any:
+            _stop(broken, [])  # frees its processes and placement group (a hung actor is killed)
+            return restart(member.index) if restart is not None else None
+
+        member.restart = self._pool.submit(replace)
+
+    def _adopt_replacements(self) -> None:
+        for member in self.members:
+            future = member.restart
+            if member.alive or future is None or not future.done():
+                continue
+            member.restart = None
+            try:
+                engine = future.result()
+            except Exception as exc:
+                log.warning("rollout engine %d could not be restarted: %s", member.index, exc)
+                member.failures.append(f"restart: {exc}")
+                continue
+            if engine is None:
+                continue
+            try:
+                label = int(engine.weight_version)
+                if self.weight_version:
+                    engine.push_weights(self._weights)
+                    if int(engine.weight_version) != label + 1:
+                        raise StaleWeights(f"the restarted engine {member.index} did not take the weights")
+                    label += 1
+            except Exception as exc:
+                log.warning("restarted rollout engine %d refused the current weights: %s", member.index, exc)
+                member.failures.append(f"restart push: {exc}")
+                _stop(engine, [])
+                continue
+            member.engine, member.label, member.synced = engine, label, self.weight_version
+            member.alive = True
+            log.info("rollout engine %d restarted at weight version %d", member.index, self.weight_version)
+
+    def _failure_summary(self) -> str:
+        parts = [f"engine {m.index}: {m.failures[-1]}" for m in self.members if m.failures]
+        return "; ".join(parts) or "no engine"
+
+
+def _relabel(response: RolloutResponse, version: int) -> RolloutResponse:
+    if response.offline:
+        return response
+    return response.model_copy(update={"weight_version": version, "weight_versions": ((0, version),)})
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _stop(engine: Any, errors: list[BaseException]) -> None:
+    try:
+        engine.shutdown()
+    except Exception as exc:
+        log.warning("rollout engine shutdown: %s", exc)
+        errors.append(exc)

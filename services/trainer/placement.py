@@ -1,0 +1,184 @@
+"""Where a run's rollout engines go: the one place that turns ``rollout.placement`` into a started
+:class:`~services.rollout.fleet.Fleet`.
+
+``resolve`` fills in the placement and engine count, ``check_hardware`` refuses, before anything starts,
+a placement the machine or the Ray cluster cannot hold (naming the way out), and ``STARTERS`` maps each
+placement to the function that starts its engines. ``--print-config`` checks the tree statically
+(``services.trainer.config.fleet_problems``); only this module looks at the hardware.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.rollout.config import RolloutConfig
+from services.rollout.fleet import Fleet
+from services.trainer.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+class PlacementError(RuntimeError):
+    """The hardware cannot hold the configured placement; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    placement: str
+    engines: int
+    tensor_parallel_size: int
+
+
+def resolve(config: TrainConfig, *, cuda: bool) -> Layout:
+    """The placement (null: colocated where CUDA is, else disaggregated with ``trainer.use_ray`` and
+    ``trainer.rollout_on_ray``, else driver) and the number of engines."""
+    rollout, trainer = config.rollout, config.trainer
+    placement = rollout.placement
+    if placement is None:
+        if cuda:
+            placement = "colocated"
+        elif trainer.use_ray and trainer.rollout_on_ray:
+            placement = "disaggregated"
+        else:
+            placement = "driver"
+    tp = rollout.engine.tensor_parallel_size
+    engines = config.actor.world_size // tp if placement == "colocated" else rollout.engines or 1
+    return Layout(placement, engines, tp)
+
+
+def check_hardware(config: TrainConfig, layout: Layout, *, cuda: bool, ray_resources: dict | None) -> None:
+    """Refuse a layout this machine (or the Ray cluster, ``ray_resources``: its free resources) cannot
+    hold. Disaggregated engines need GPUs beside the actor ranks' when the cluster has GPUs, and CPUs."""
+    if layout.placement == "colocated":
+        if not cuda:
+            raise PlacementError(
+                "rollout.placement=colocated shares the actor ranks' GPUs with the engines (vLLM sleep "
+                "mode frees them for the update), and this machine has no CUDA device: set "
+                "rollout.placement=driver (engines in the trainer's process) or disaggregated"
+            )
+        return
+    if layout.placement == "disaggregated":
+        free = ray_resources or {}
+        trainer = config.trainer
+        if trainer.ray_gpus_rollout is not None:
+            gpus = trainer.ray_gpus_rollout
+        else:
+            gpus = float(layout.tensor_parallel_size) if free.get("GPU_total", 0) > 0 else 0.0
+        need_gpu, need_cpu = layout.engines * gpus, layout.engines * trainer.ray_cpus_rollout
+        if need_gpu and free.get("GPU", 0.0) < need_gpu:
+            raise PlacementError(
+                f"rollout.placement=disaggregated: {layout.engines} engine(s) x {gpus:g} GPU(s) = "
+                f"{need_gpu:g} GPU(s) needed beside the actor ranks', the cluster has {free.get('GPU', 0.0):g} "
+                "free: lower rollout.engines, set rollout.placement=colocated (engines on the actor ranks' "
+                "GPUs) or driver, or add GPU nodes"
+            )
+        if free.get("CPU", 0.0) < need_cpu:
+            raise PlacementError(
+                f"rollout.placement=disaggregated: {layout.engines} engine(s) x trainer.ray_cpus_rollout="
+                f"{trainer.ray_cpus_rollout:g} = {need_cpu:g} CPU(s) needed, the cluster has "
+                f"{free.get('CPU', 0.0):g} free: lower rollout.engines or trainer.ray_cpus_rollout"
+            )
+
+
+Starter = Callable[..., Fleet]
+
+
+def _start_all(start: Callable[[int], Any], count: int) -> list[Any]:
+    """``count`` engines started one after another; the started ones are stopped if one fails."""
+    engines: list[Any] = []
+    try:
+        for index in range(count):
+            engines.append(start(index))
+    except BaseException:
+        for engine in engines:
+            try:
+                engine.shutdown()
+            except Exception as exc:
+                log.warning("rollout engine shutdown after a failed start: %s", exc)
+        raise
+    return engines
+
+
+def _fleet(config: TrainConfig, start: Callable[[int], Any], engines: int) -> Fleet:
+    rollout = config.rollout
+    return Fleet(
+        _start_all(start, engines), max_tokens=rollout.max_tokens, n=rollout.n,
+        timeout_s=rollout.engine_timeout_s, restart=start,
+    )  # fmt: skip
+
+
+def start_driver(
+    config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
+) -> Fleet:
+    """Engines in this process (their vLLM workers are processes of their own)."""
+    from services.rollout.engine import RolloutEngine
+
+    def start(index: int) -> Any:
+        return RolloutEngine(
+            model_path, rollout, source=parts["source"], reward_client=parts["reward_client"]
+        )
+
+    return _fleet(config, start, layout.engines)
+
+
+def start_disaggregated(
+    config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
+) -> Fleet:
+    """One Ray actor per engine, each in a placement group of its own."""
+    from services.trainer.ray_rollout import RayRolloutEngine
+
+    trainer = config.trainer
+
+    def start(index: int) -> Any:
+        return RayRolloutEngine(
+            model_path, rollout, source=parts["source"], reward=config.reward, cpus=trainer.ray_cpus_rollout,
+            gpus=trainer.ray_gpus_rollout,
+        )  # fmt: skip
+
+    return _fleet(config, start, layout.engines)
+
+
+def start_colocated(
+    config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
+) -> Fleet:
+    raise PlacementError(
+        "rollout.placement=colocated is not available in this build yet (engine shards inside the "
+        "actor ranks, services/rollout/colocated.py): set rollout.placement=disaggregated (engines on "
+        "GPUs of their own, trainer.use_ray=true) or driver"
+    )
+
+
+#: placement → the function that starts its engines (all take the same arguments)
+STARTERS: dict[str, Starter] = {
+    "colocated": start_colocated,
+    "disaggregated": start_disaggregated,
+    "driver": start_driver,
+}
+
+
+def start_fleet(
+    config: TrainConfig, model_path: str, *, source: Any, reward_client: Any, group: Any = None
+) -> Fleet:
+    """The run's engines, per ``rollout.placement``, after checking the hardware can hold them.
+    ``group``: the actor ranks (colocated engines live inside them)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    layout = resolve(config, cuda=cuda)
+    resources = None
+    if layout.placement == "disaggregated":
+        import ray
+
+        resources = {**ray.available_resources(), "GPU_total": ray.cluster_resources().get("GPU", 0)}
+    check_hardware(config, layout, cuda=cuda, ray_resources=resources)
+    log.info(
+        "rollout: %d engine(s), placement %s, tensor parallel %d",
+        layout.engines, layout.placement, layout.tensor_parallel_size,
+    )  # fmt: skip
+    return STARTERS[layout.placement](
+        config, layout, model_path, config.effective_rollout(), source=source, reward_client=reward_client,
+        group=group,
+    )  # fmt: skip

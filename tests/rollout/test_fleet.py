@@ -1,0 +1,179 @@
+"""The fleet's bookkeeping with recording engines (no vLLM: these check routing, weight versions,
+faults and shutdown; tests/rollout/test_fleet_ray.py runs real engines on Ray)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from services.rollout.fleet import Fleet, FleetError, StaleWeights
+from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
+from services.rollout.seeds import SeedKey
+
+
+class Recording:
+    """Answers each sample with one response per slot, labelled with its weight version."""
+
+    def __init__(self, name: str, *, fail: str | None = None, labels_lag: bool = False) -> None:
+        self.name, self.fail, self.labels_lag = name, fail, labels_lag
+        self.weight_version = 0
+        self.served: list[list[str]] = []
+        self.pushes: list[Any] = []
+        self.events: list[str] = []
+        self.stopped = False
+        self.release = threading.Event()
+
+    def rollout(self, samples, n=None, *, mix_policy=None, key=None, **overrides) -> list[RolloutGroup]:
+        self.events.append("rollout")
+        if self.fail == "raise":
+            raise RuntimeError(f"{self.name} died")
+        if self.fail == "hang":
+            self.release.wait(30)
+            raise RuntimeError("released")
+        if self.fail == "refuse":
+            raise ValueError(f"sample {samples[0].id!r}: too long")
+        self.served.append([s.id for s in samples])
+        version = self.weight_version - 1 if self.labels_lag else self.weight_version
+        response = RolloutResponse(
+            token_ids=[1], logprobs=[0.0], text="x", finish_reason="stop", weight_version=version,
+            weight_versions=((0, version),),
+        )  # fmt: skip
+        return [
+            RolloutGroup(sample_id=s.id, prompt_token_ids=[0], responses=[response] * (n or 2))
+            for s in samples
+        ]
+
+    def push_weights(self, weights: Any) -> float:
+        self.events.append("push")
+        if self.fail == "stale-push":
+            return 0.0  # claims success, version unchanged
+        self.pushes.append(weights)
+        self.weight_version += 1
+        return 0.0
+
+    def sleep(self, level: int = 1) -> bool:
+        return False
+
+    def wake_up(self) -> bool:
+        return False
+
+    def shutdown(self) -> None:
+        self.stopped = True
+        self.release.set()
+        if self.fail == "shutdown":
+            raise RuntimeError(f"{self.name} would not stop")
+
+
+def samples(count: int) -> list[RolloutSample]:
+    return [RolloutSample(id=f"s{i}", prompt="q") for i in range(count)]
+
+
+def fleet(*engines: Recording, **options: Any) -> Fleet:
+    return Fleet(list(engines), max_tokens=4, n=2, **options)
+
+
+def test_groups_are_split_by_estimated_tokens_and_come_back_in_sample_order() -> None:
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b) as f:
+        groups = f.rollout(samples(4), key=SeedKey(1), prompt_tokens=[100, 1, 50, 60])
+    assert [g.sample_id for g in groups] == ["s0", "s1", "s2", "s3"]
+    # costs 108, 9, 58, 68: 108→a, 68→b, 58→b (68<108), 9→a (108<126)
+    assert a.served == [["s0", "s1"]] and b.served == [["s2", "s3"]]
+
+
+def test_every_engine_takes_each_push_and_responses_carry_the_fleet_version() -> None:
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b) as f:
+        f.push_weights("w1")
+        f.push_weights("w2")
+        assert (a.pushes, b.pushes, f.weight_version) == (["w1", "w2"], ["w1", "w2"], 2)
+        groups = f.rollout(samples(2))
+    assert {r.weight_version for g in groups for r in g.responses} == {2}
+
+
+def test_a_push_that_did_not_take_is_refused() -> None:
+    f = fleet(Recording("a"), Recording("b", fail="stale-push"))
+    with f, pytest.raises(StaleWeights, match="engine 1 reports weight version 0 after a push from 0"):
+        f.push_weights("w1")
+
+
+def test_tokens_from_older_weights_are_refused() -> None:
+    with fleet(Recording("a", labels_lag=True)) as f:
+        f.push_weights("w1")
+        with pytest.raises(
+            StaleWeights, match=r"engine 0 generated with weight version\(s\) \[0\], expected 1"
+        ):
+            f.rollout(samples(1))
+
+
+def test_a_failing_engine_s_groups_go_to_the_others_and_are_counted() -> None:
+    a, b = Recording("a"), Recording("b", fail="raise")
+    with fleet(a, b) as f:
+        groups = f.rollout(samples(4))
+        assert [g.sample_id for g in groups] == ["s0", "s1", "s2", "s3"]
+        assert f.pop_metrics() == {"rollout/engine_failures": 1.0}
+        assert f.pop_metrics() == {"rollout/engine_failures": 0.0}
+        f.rollout(samples(2))  # the dead engine gets no more work
+    assert sorted(i for served in a.served for i in served) == ["s0", "s0", "s1", "s1", "s2", "s3"]
+    assert b.stopped
+
+
+def test_a_hung_engine_times_out_and_its_groups_are_re_sent() -> None:
+    a, b = Recording("a"), Recording("b", fail="hang")
+    with fleet(a, b, timeout_s=0.5) as f:
+        started = time.monotonic()
+        groups = f.rollout(samples(2))
+        assert time.monotonic() - started < 20
+        assert len(groups) == 2 and f.pop_metrics()["rollout/engine_failures"] == 1.0
+
+
+def test_when_every_engine_fails_the_call_fails_naming_them() -> None:
+    f = fleet(Recording("a", fail="raise"), Recording("b", fail="raise"))
+    with (
+        f,
+        pytest.raises(FleetError, match=r"engine 0: RuntimeError: a died; engine 1: RuntimeError: b died"),
+    ):
+        f.rollout(samples(2))
+
+
+def test_a_refused_input_is_the_input_s_error_not_an_engine_failure() -> None:
+    with fleet(Recording("a", fail="refuse")) as f:
+        with pytest.raises(ValueError, match="too long"):
+            f.rollout(samples(1))
+        assert f.pop_metrics()["rollout/engine_failures"] == 0.0
+
+
+def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
+    replacements: list[Recording] = []
+
+    def restart(index: int) -> Recording:
+        replacements.append(Recording(f"new{index}"))
+        return replacements[-1]
+
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=restart) as f:
+        f.push_weights("w1")
+        b.fail = "raise"
+        f.rollout(samples(2))
+        deadline = time.monotonic() + 10
+        while not replacements and time.monotonic() < deadline:
+            time.sleep(0.01)
+        f.members[1].restart.result(10)
+        groups = f.rollout(samples(4))
+        (new,) = replacements
+        assert new.events[0] == "push" and new.pushes == ["w1"]
+        assert new.served, "the replacement got no work"
+        assert {r.weight_version for g in groups for r in g.responses} == {1}
+        assert f.members[1].engine is new
+
+
+def test_shutdown_stops_every_engine_even_when_one_fails() -> None:
+    a, b, c = Recording("a"), Recording("b", fail="shutdown"), Recording("c")
+    f = fleet(a, b, c)
+    with pytest.raises(RuntimeError, match="b would not stop"):
+        f.shutdown()
+    assert a.stopped and b.stopped and c.stopped
+    f.shutdown()  # idempotent

@@ -1,0 +1,79 @@
+"""The fleet's settings: checked statically when the config loads, against the hardware at start."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.trainer.config import ConfigError, parse_config
+from services.trainer.placement import Layout, PlacementError, check_hardware, resolve, start_colocated
+
+
+def config(**sections):
+    data = {"data": {"train_files": ["t.jsonl"]}, "actor": {"model_path": "m"}}
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return parse_config(data)
+
+
+def test_colocated_engines_follow_from_the_ranks() -> None:
+    cfg = config(
+        actor={"world_size": 8}, rollout={"placement": "colocated", "engine": {"tensor_parallel_size": 2}}
+    )
+    assert resolve(cfg, cuda=True) == Layout("colocated", 4, 2)
+    same = config(
+        actor={"world_size": 8},
+        rollout={"placement": "colocated", "engines": 4, "engine": {"tensor_parallel_size": 2}},
+    )
+    assert resolve(same, cuda=True).engines == 4
+
+
+def test_a_contradicting_engine_count_is_refused() -> None:
+    with pytest.raises(
+        ConfigError, match=r"rollout.engines=3 contradicts rollout.placement=colocated.*8 / 2 = 4"
+    ):
+        config(
+            actor={"world_size": 8},
+            rollout={"placement": "colocated", "engines": 3, "engine": {"tensor_parallel_size": 2}},
+        )
+    with pytest.raises(ConfigError, match=r"actor.world_size=6 must be a multiple of it"):
+        config(
+            actor={"world_size": 6}, rollout={"placement": "colocated", "engine": {"tensor_parallel_size": 4}}
+        )
+
+
+def test_disaggregated_engines_need_ray() -> None:
+    with pytest.raises(ConfigError, match=r"set trainer.use_ray=true"):
+        config(rollout={"placement": "disaggregated", "engines": 2})
+    cfg = config(rollout={"placement": "disaggregated", "engines": 2}, trainer={"use_ray": True})
+    assert resolve(cfg, cuda=False) == Layout("disaggregated", 2, 1)
+
+
+def test_other_placements_default_to_one_engine_and_null_picks_by_hardware() -> None:
+    assert resolve(config(), cuda=False) == Layout("driver", 1, 1)
+    assert resolve(config(), cuda=True).placement == "colocated"
+    assert resolve(config(trainer={"use_ray": True}), cuda=False).placement == "disaggregated"
+    on_ray_driver = config(trainer={"use_ray": True, "rollout_on_ray": False})
+    assert resolve(on_ray_driver, cuda=False).placement == "driver"
+    assert resolve(config(rollout={"placement": "driver", "engines": 2}), cuda=False).engines == 2
+
+
+def test_hardware_that_cannot_hold_the_placement_is_refused_naming_the_way_out() -> None:
+    colocated = config(actor={"world_size": 2}, rollout={"placement": "colocated"})
+    with pytest.raises(PlacementError, match=r"no CUDA device: set rollout.placement=driver"):
+        check_hardware(colocated, resolve(colocated, cuda=False), cuda=False, ray_resources=None)
+    cfg = config(rollout={"placement": "disaggregated", "engines": 4, "engine": {"tensor_parallel_size": 2}},
+                 trainer={"use_ray": True})  # fmt: skip
+    layout = resolve(cfg, cuda=True)
+    with pytest.raises(
+        PlacementError, match=r"4 engine\(s\) x 2 GPU\(s\) = 8 GPU\(s\) needed.*6 free.*colocated"
+    ):
+        check_hardware(cfg, layout, cuda=True, ray_resources={"GPU": 6.0, "GPU_total": 8, "CPU": 64})
+    check_hardware(cfg, layout, cuda=True, ray_resources={"GPU": 8.0, "GPU_total": 8, "CPU": 64})
+    with pytest.raises(PlacementError, match=r"4 CPU\(s\) needed, the cluster has 3 free"):
+        check_hardware(cfg, layout, cuda=False, ray_resources={"CPU": 3.0})
+
+
+def test_colocated_says_what_is_missing_until_it_exists() -> None:
+    cfg = config(actor={"world_size": 2}, rollout={"placement": "colocated"})
+    with pytest.raises(PlacementError, match=r"set rollout.placement=disaggregated"):
+        start_colocated(cfg, resolve(cfg, cuda=True), "m", cfg.effective_rollout())
