@@ -25,6 +25,8 @@ class LongVideoReason(Benchmark):
     title = "LongVideo-Reason"
     annotations = ("test.jsonl", "*.jsonl")
     video = fixed({"fps": None, "nframes": 64})
+    official_readers = fixed({"multiple choice": "longvideo_reason", "open-ended": "longvideo_reason"})
+    official_source = "NVlabs/Long-RL · eval/eval.py · accuracy_reward (accuracy over every item)"
     templates = fixed(
         {
             "prompt": "You are a helpful assistant. The user asks a question, and then you solves it.\n\n"

@@ -29,6 +29,11 @@ class ODVBench(Benchmark):
         {"prompt": "{question}\n{options}\nAnswer with the option's letter from the given choices directly."}
     )
     breakdowns = fixed({"task": "task", "subtask": "subtask"})
+    official_readers = fixed({"multiple choice": "odvbench"})
+    official_source = (
+        "MCG-NJU/StreamForest · lmms_eval/tasks/odvbench/utils.py · mcq_acc + odvbench_process_results "
+        "(accuracy per task and subtask)"
+    )
     Options = WindowOptions
 
     def load(self, files: Sequence[Path]) -> list[Sample]:

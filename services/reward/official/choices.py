@@ -324,3 +324,82 @@ def videommmu(response: str, prefix: str, sample: RewardSample) -> Read:
         return Read(None)
     # (the released code returns the first candidate when there is one, the last-written of several)
     return Read(candidates[0] if len(candidates) == 1 else _mmmu_last(response, candidates, marks, texts))
+
+
+_ODV_OPTION = re.compile(r"^([A-E])\.\s*(.+)$", re.I)
+_ODV_PUNCT = (
+    ";",
+    "/",
+    "[",
+    "]",
+    '"',
+    "{",
+    "}",
+    "(",
+    ")",
+    "=",
+    "+",
+    "\\",
+    "_",
+    "-",
+    ">",
+    "<",
+    "@",
+    "`",
+    ",",
+    "?",
+    "!",
+)
+_ODV_PERIOD = re.compile(r"(?!<=\d)(\.)(?!\d)")
+_ODV_COMMA = re.compile(r"(\d)(\,)(\d)")
+
+
+def odv_process(text: str) -> str:
+    """StreamForest's ``mcq_acc.process``: "X. text" → X; else punctuation dropped (glued or spaced as
+    the released rule decides), lowercased, the first standalone a–e as a capital, else the text."""
+    match = _ODV_OPTION.match(text.strip())
+    if match:
+        return match.group(1).upper()
+    text = text.replace("\n", " ").replace("\t", " ").strip()
+    out = text
+    for p in _ODV_PUNCT:
+        glued = p + " " in text or " " + p in text or _ODV_COMMA.search(text) is not None
+        out = out.replace(p, "" if glued else " ")
+    # the released call passes re.UNICODE (32) as the count: at most 32 periods are removed
+    out = _ODV_PERIOD.sub("", out, 32)
+    out = out.strip("'").strip('"').strip(")").strip("(").strip().lower()
+    letter = re.search(r"\b([a-e])\b", out)
+    return letter.group(1).upper() if letter else out
+
+
+@official_reader(
+    "odvbench",
+    rule="mcq_acc: 'X. text' → X, else punctuation removed and lowercased, the first standalone letter "
+    "a–e (even the article 'a'); equal to the processed truth letter",
+    source="MCG-NJU/StreamForest · lmms_eval/tasks/odvbench/utils.py · mcq_acc + odvbench_process_results",
+)
+def odvbench(response: str, prefix: str, sample: RewardSample) -> Read:
+    return Read(odv_process(response) or None)
+
+
+_LVR_FINAL = re.compile(r"<answer>Therefore the final answer is: (.*?)</answer>")
+_LVR_ANSWER = re.compile(r"<answer>(.*?)</answer>")
+_TRUTH_TAG = re.compile(r"<answer>(.*?)</answer>")
+
+
+@official_reader(
+    "longvideo_reason",
+    rule="the first one-line <answer>…</answer> (after 'Therefore the final answer is: ' when the reply "
+    "says it), else the whole reply, stripped, equal to the answer string (math_verify's symbolic "
+    "first pass is not reproduced)",
+    source="NVlabs/Long-RL · eval/eval.py · accuracy_reward",
+    compare="given",
+)
+def longvideo_reason(response: str, prefix: str, sample: RewardSample) -> Read:
+    truth = str(sample.answer)
+    tagged = _TRUTH_TAG.search(truth)
+    truth = tagged.group(1).strip() if tagged else truth.strip()
+    pattern = _LVR_FINAL if "Therefore the final answer is:" in response else _LVR_ANSWER
+    found = pattern.search(response)
+    answer = found.group(1).strip() if found else response.strip()
+    return Read(1.0 if answer == truth else 0.0)

@@ -329,3 +329,47 @@ def test_videommmu(tmp_path, evaluate):
     write_json(tmp_path / "data" / "perception_video.json", {"Perception": track})
     out = evaluate("videommmu", tmp_path, in_order("videommmu", tmp_path))
     assert official_right(out) == 8 and out.summary.overall == pytest.approx(100 * 8 / 17)
+
+
+def test_odvbench(tmp_path, evaluate):
+    # MCG-NJU/StreamForest lmms_eval/tasks/odvbench/utils.py mcq_acc: 13 of 17 right (ODV in
+    # test_readers.py: all but "blue", "", the thinking trace's "A" and "C")
+    rows = [{"video": f"s{i}.mp4", "question": "Which colour?", "candidates": TEXTS, "answer": "blue",
+             "start": 0.0, "end": 5.0, "task": "single_static", "subtask": "light"} for i in range(N)]  # fmt: skip
+    write_json(tmp_path / "targeting_single_static_objects_v4.json", rows)
+    out = evaluate("odvbench", tmp_path, in_order("odvbench", tmp_path))
+    assert official_right(out) == 13 and out.summary.overall == pytest.approx(100 * 13 / 17)
+
+
+LONG_REASON = [
+    ("<think>She waved.</think> <answer>B</answer>", 1),
+    ("<answer>Therefore the final answer is: B</answer>", 1),
+    ("<answer> B </answer>", 1),
+    ("B", 1),
+    ("<answer>B.</answer>", 0),
+    ("<answer>(B)</answer>", 0),
+    ("<answer>\nB\n</answer>", 0),
+    ("The answer is B", 0),
+    ("<answer>b</answer>", 0),
+    ("<answer>B) saw a friend</answer>", 0),
+    ("**B**", 0),
+    ("", 0),
+    ("<answer>C</answer>", 0),
+    ("<think>B</think><answer>C</answer>", 0),
+    ("<answer>B</answer><answer>C</answer>", 1),  # the first block
+]
+
+
+def test_longvideo_reason(tmp_path, evaluate):
+    # NVlabs/Long-RL eval/eval.py accuracy_reward's string match: 5 of 15
+    line = {
+        "videos": "longvila_videos/a.mp4",
+        "problem": "Why?\nA. keys\nB. a friend\nC. rain\nD. call",
+        "answer": "B",
+    }
+    write_jsonl(tmp_path / "test.jsonl", [line] * len(LONG_REASON))
+    out = evaluate(
+        "longvideo_reason", tmp_path, in_order("longvideo_reason", tmp_path, [r for r, _ in LONG_REASON])
+    )
+    assert [out.results[s.id].accuracy for s in out.samples] == [right for _, right in LONG_REASON]
+    assert out.summary.overall == pytest.approx(100 * 5 / 15)

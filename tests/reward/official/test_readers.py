@@ -208,3 +208,33 @@ def test_every_reader_names_its_source():
         assert reader.source.count(" · ") >= 2 and reader.rule, name
     with pytest.raises(KeyError, match="unknown official reader"):
         get_official_reader("nope")
+
+
+# StreamForest ODV-Bench mcq_acc: "X. text" → X, else punctuation out, lowercased, first standalone a-e
+ODV = ["B", "B", "B", "B", "blue", "B", "B", "B", None, "A", "B", "B", "B", "C", "B", "B", "B"]
+
+
+@pytest.mark.parametrize(("response", "expected"), list(zip(RESPONSES, ODV, strict=True)))
+def test_odvbench_mcq_acc(response, expected):
+    assert score_official("odvbench", MC, response).extracted == expected
+
+
+def test_odvbench_reads_the_article_a_as_a_letter():
+    assert score_official("odvbench", MC, "It is a blue car, B").extracted == "A"
+
+
+@pytest.mark.parametrize(
+    ("response", "right"),
+    [
+        ("<think>…</think><answer>B</answer>", 1.0),
+        ("<answer>Therefore the final answer is: B</answer>", 1.0),
+        ("<answer> B </answer>", 1.0),
+        ("B", 1.0),  # no tags: the whole reply
+        ("<answer>B.</answer>", 0.0),
+        ("<answer>(B)</answer>", 0.0),
+        ("<answer>\nB\n</answer>", 0.0),  # the pattern does not cross lines: the whole reply ≠ "B"
+        ("The answer is B", 0.0),
+    ],
+)
+def test_longvideo_reason_exact_answer(response, right):
+    assert score_official("longvideo_reason", MC, response).accuracy == right
