@@ -62,9 +62,13 @@ def one_update(world: World, config: TrainConfig) -> dict[str, Any]:
         metrics = group.update(targets, **UPDATE)
         final = {k: v.detach().clone() for k, v in actor.model.named_parameters()}
         pushed = group.state_dict()
+        streamed = dict(actor.full_tensors(group.push_dtype))  # what a bucketed sender reads
     finally:
         group.shutdown()
-    return {"initial": initial, "final": final, "carrying": carrying, "metrics": metrics, "pushed": pushed}
+    return {
+        "initial": initial, "final": final, "carrying": carrying, "metrics": metrics, "pushed": pushed,
+        "streamed": streamed,
+    }  # fmt: skip
 
 
 def changed_fraction(run: dict[str, Any]) -> float:
@@ -85,6 +89,8 @@ def test_bf16_compute_update_at_lr_1e6_changes_every_weight_with_a_gradient(worl
     assert changed_fraction(run) >= 0.99
     # the engine (rollout.engine.dtype bfloat16) receives bf16 weights
     assert {v.dtype for v in run["pushed"].values() if v.is_floating_point()} == {torch.bfloat16}
+    assert run["streamed"].keys() == run["pushed"].keys()
+    assert all(torch.equal(run["streamed"][k], v) for k, v in run["pushed"].items())
 
 
 @pytest.mark.slow
