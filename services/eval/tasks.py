@@ -11,12 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from services.common.jobs import run_job
+from services.common.orphans import sweep_at_worker_start
 
 EVAL_TASK = "reelrl.eval.run"
 # A run is bounded by its benchmarks; the broker's visibility timeout must exceed this on Redis.
 _EVAL_LIMIT_S = 7 * 24 * 3600
+# Engines a killed worker left behind (services.common.orphans) end when the next worker starts.
+worker_ready.connect(sweep_at_worker_start)
 
 
 def result_event(summary: Any, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,8 @@ Per engine, while it is constructed (its processes are spawned then and inherit 
   files and gloo rendezvous files (``vllm_dist_*``) in the temp directory and never remove them; the
   engine removes its folder, and with it those files, on shutdown. An exported ``VLLM_RPC_BASE_PATH``
   is kept. This process's own temp directory is pinned first, so nothing else here moves.
+- ``REELRL_ENGINE_OWNER`` marks the engine's processes as this process's: they end when it dies, even
+  by SIGKILL, and a worker starting later ends any whose owner is gone (:mod:`services.common.orphans`).
 
 Deliberately not set: ``VLLM_CPU_KVCACHE_SPACE``. The KV cache is sized by the engine argument
 ``kv_cache_memory_bytes`` (``EngineConfig.kv_cache_gib``: fractions allowed, CPU and GPU alike); if
@@ -27,12 +29,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from services.common.orphans import MARKER, owner_marker
+
 DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "auto",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
 }
-PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH")
+PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH", MARKER)
 
 
 @contextmanager
@@ -49,6 +53,7 @@ def engine_environment() -> Iterator[Path]:
     saved = {name: os.environ.get(name) for name in PRIVATE}
     os.environ["TMPDIR"] = str(folder)
     os.environ.setdefault("VLLM_RPC_BASE_PATH", str(folder))
+    os.environ[MARKER] = owner_marker()
     try:
         yield folder
     finally:

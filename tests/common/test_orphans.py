@@ -1,0 +1,91 @@
+"""Processes carrying an engine owner's marker end when the owner dies, even by SIGKILL; a sweep ends
+those whose owner is gone. Only the processes these tests start are judged."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+
+from services.common.orphans import MARKER, alive, marker_of, sweep_orphans
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def _gone(pids, within_s=20.0):
+    """True once none of ``pids`` runs (a zombie awaiting its reaper counts as gone)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        running = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        if not running:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _kill_all(pids):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_markers_tell_a_reused_pid_from_its_owner():
+    me = marker_of(os.getpid())
+    assert alive(me)
+    pid, _, started = me.partition(":")
+    assert not alive(f"{pid}:{int(started) + 1}")  # same pid, another process
+    assert not alive("not-a-marker")
+
+
+def test_a_sweep_ends_marked_processes_whose_owner_is_gone_and_only_those():
+    dead = subprocess.Popen(SLEEPER)
+    dead_marker = marker_of(dead.pid)
+    dead.kill()
+    dead.wait()
+    orphan = subprocess.Popen(SLEEPER, env={**os.environ, MARKER: dead_marker})
+    owned = subprocess.Popen(SLEEPER, env={**os.environ, MARKER: marker_of(os.getpid())})  # owner: us
+    unmarked = subprocess.Popen(SLEEPER)
+    try:
+        time.sleep(0.3)  # the interpreters have started: their environ is readable
+        swept = sweep_orphans(grace_s=1.0)
+        assert orphan.pid in swept and owned.pid not in swept and unmarked.pid not in swept
+        assert orphan.wait(timeout=10) is not None
+        assert owned.poll() is None and unmarked.poll() is None
+    finally:
+        _kill_all([orphan.pid, owned.pid, unmarked.pid])
+        for p in (orphan, owned, unmarked):
+            p.wait()
+
+
+OWNER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from services.common.orphans import MARKER, owner_marker
+    os.environ[MARKER] = owner_marker()
+    # a child, and a grandchild through it: as vLLM's engine core and its worker
+    child = subprocess.Popen([sys.executable, "-c",
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']);"
+        " time.sleep(120)"])
+    print("ready", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_what_an_owner_started_dies_with_it_on_sigkill():
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        started = [p.pid for p in psutil.Process(owner.pid).children(recursive=True)]
+        assert len(started) == 3  # the watchdog, the child, the grandchild
+        owner.kill()
+        owner.wait()
+        assert _gone(started), [p for p in started if psutil.pid_exists(p)]
+    finally:
+        _kill_all([owner.pid, *started])
+        owner.wait()
