@@ -149,6 +149,24 @@ def test_a_broken_yaml_config_is_exit_2_with_file_line_and_reason(
     assert "Traceback" not in shown
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "{f}", "actor.optim.lr=.inf"],
+        ["submit", "train", "{f}", "actor.optim.lr=.nan"],
+        ["eval", "run", "--config", "{f}", "--model", "m", "rollout.temperature=.inf"],
+    ],
+    ids=["train", "submit", "eval"],
+)
+def test_a_non_finite_override_is_exit_2_naming_the_key(reelrl_home, tmp_path, command):
+    config = tmp_path / "c.yaml"
+    config.write_text("trainer: {total_steps: 1}\n")
+    shown = no_crash(runner.invoke(app, [part.format(f=config) for part in command]), 2)
+    assert (
+        "actor.optim.lr:" in shown or "rollout.temperature:" in shown
+    ) and "is not a finite number" in shown
+
+
 def test_submit_sends_an_idempotency_key_and_resends_it_after_a_timeout(tmp_path):
     from services.api.cli import submit_command
     from services.api.client import ApiClient

@@ -66,7 +66,7 @@ def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from services.common.config_files import read_yaml_mapping
+    from services.common.config_files import read_yaml_mapping, refuse_non_finite
 
     for item in overrides:
         if "=" not in item:
@@ -79,6 +79,7 @@ def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
         raise ValueError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a job config is a mapping")
+    refuse_non_finite(data, f"{path} with overrides")  # the API would refuse it (422) anyway
     return data
 
 

@@ -35,6 +35,19 @@ def _non_finite(node: yaml.Node, key: str, path: Path) -> None:
             _non_finite(item, f"{key}[{i}]", path)
 
 
+def refuse_non_finite(value: Any, source: str, key: str = "") -> None:
+    """:class:`ConfigFileError` naming the first non-finite number in ``value`` (a merged config:
+    dotted overrides such as ``actor.optim.lr=.inf`` arrive here, not through a file)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigFileError(f"{source}: {key}: {value} is not a finite number")
+    if isinstance(value, dict):
+        for k, item in value.items():
+            refuse_non_finite(item, source, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            refuse_non_finite(item, source, f"{key}[{i}]")
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """The mapping at ``path`` (empty file: ``{}``); :class:`ConfigFileError` otherwise."""
     path = Path(path)

@@ -180,14 +180,18 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
     """``values`` (CLI flags and dotted overrides, already nested) over the YAML at ``path``."""
+    from services.common.config_files import ConfigFileError, read_yaml_mapping, refuse_non_finite
+
     base: dict[str, Any] = {}
     if path is not None:
-        from services.common.config_files import ConfigFileError, read_yaml_mapping
-
         try:
             base = read_yaml_mapping(path)
         except ConfigFileError as exc:
             raise ConfigError(str(exc)) from None
+    try:
+        refuse_non_finite(values, "eval overrides")
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return EvalConfig.model_validate(merge(base, values))
     except ValidationError as exc:

@@ -366,7 +366,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from services.common.config_files import ConfigFileError, read_yaml_mapping
+    from services.common.config_files import ConfigFileError, read_yaml_mapping, refuse_non_finite
 
     try:
         base = OmegaConf.create(read_yaml_mapping(path) if path is not None else {})
@@ -375,6 +375,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
                 raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=10)")
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
+        refuse_non_finite(data, f"config {path} with overrides" if overrides else f"config {path}")
     except ConfigFileError as exc:
         raise ConfigError(str(exc)) from None
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
