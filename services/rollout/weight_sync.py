@@ -292,6 +292,18 @@ class WeightSyncExtension:
         self._reelrl_loaded |= set(loaded or ())
         return len(weights)
 
+    def reelrl_load_tensors(self, weights: Mapping[str, torch.Tensor]) -> int:
+        """:meth:`reelrl_load_bucket` for an engine in the caller's own process (colocated: vLLM's
+        ``external_launcher`` executor calls the worker directly, so tensors arrive as tensors, with
+        no serialised copy)."""
+        from vllm.config import set_current_vllm_config
+
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            loaded = model.load_weights(iter(weights.items()))
+        self._reelrl_loaded |= set(loaded or ())
+        return len(weights)
+
     def reelrl_end_buckets(self) -> list[str]:
         """Finish the reload (layers still waiting for tensors are processed with what they have) and drop
         the caches derived from the old weights; returns the engine parameters no bucket loaded (vLLM

@@ -102,10 +102,14 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def group_stream(
-    tensors: Iterable[tuple[str, torch.Tensor]], entries: Sequence[Entry], bucket_mb: float
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    entries: Sequence[Entry],
+    bucket_mb: float,
+    device: torch.device | str = "cpu",
 ) -> Iterator[dict[str, torch.Tensor]]:
     """A stream of full ``(name, tensor)`` pairs (in ``entries`` order) grouped into buckets per
-    :func:`plan`, as contiguous CPU tensors in each entry's dtype."""
+    :func:`plan`, as contiguous tensors on ``device`` in each entry's dtype (a colocated engine takes
+    them on the rank's own GPU; a push to another process, from host memory)."""
     stream = iter(tensors)
     for group in plan(entries, bucket_mb):
         out: dict[str, torch.Tensor] = {}
@@ -115,7 +119,7 @@ def group_stream(
             if name != entry.name:
                 raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
             with torch.no_grad():
-                value = tensor.detach().to(device="cpu", dtype=entry.dtype).contiguous()
+                value = tensor.detach().to(device=device, dtype=entry.dtype).contiguous()
             if value.data_ptr() in held:  # tied weights share storage, which safetensors refuses
                 value = value.clone()
             held.add(value.data_ptr())

@@ -1,0 +1,161 @@
+"""Colocated placement: an engine shard inside each actor rank's own process, on the rank's own devices.
+
+Every group of ``tensor_parallel_size`` FSDP ranks hosts one vLLM engine, as verl's hybrid engine does:
+vLLM's ``external_launcher`` executor runs the engine's single worker in the calling process and builds
+its tensor- and data-parallel groups over the process group the ranks already joined (torch.distributed,
+``env://``), so ``data_parallel_size = world_size / tensor_parallel_size`` engines exist at once, one
+per TP group, each serving its own requests. The engine core runs in-process too
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which vLLM sets for this executor).
+
+The update cycle, per rank:
+
+1. ``sleep()`` before the update: vLLM's sleep mode (CUDA) level 1 offloads the weights to host memory
+   and drops the KV cache, so FSDP gets the GPU memory back (tags ``weights`` and ``kv_cache``);
+2. the update;
+3. ``wake_up(["weights"])`` (the weight buffers only, the KV cache stays released while the full
+   tensors travel), then :meth:`ColocatedShard.load_from` walks the FSDP parameters bucket by bucket
+   (``full_tensor()`` per parameter, a collective every rank makes in step, cast to the engine's dtype)
+   and loads each bucket in place; no tensor leaves the rank's process, nothing goes through the driver;
+4. ``wake_up(["kv_cache"])`` and generate.
+
+vLLM's CPU backend hosts the engines (tests/trainer/test_colocated.py: 2 gloo ranks, 2 engines, parity
+with the HF model after a bucketed load) but has no sleep mode: there ``sleep`` and ``wake_up`` are
+no-ops that say so, and the update shares the host memory with the engines.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from services.rollout.checkpoint import Checkpoint
+from services.rollout.config import RolloutConfig
+from services.rollout.vllm_bridge import engine_kwargs, sleep_mode_available
+from services.rollout.weight_sync import check_announced, check_bucket, checkpoint_shapes
+
+log = logging.getLogger(__name__)
+
+#: vLLM's sleep-mode tags: what ``wake_up`` may bring back one at a time
+WEIGHTS, KV_CACHE = "weights", "kv_cache"
+
+
+def colocated_kwargs(model: str, config: RolloutConfig, world_size: int) -> dict[str, Any]:
+    """``vllm.LLM`` arguments for the shard a rank hosts: the rollout config's, with the external
+    launcher and one data-parallel replica per tensor-parallel group of the ``world_size`` ranks."""
+    tp = config.engine.tensor_parallel_size
+    if world_size % tp:
+        raise ValueError(
+            f"colocated engines: actor.world_size={world_size} is not a multiple of "
+            f"rollout.engine.tensor_parallel_size={tp}"
+        )
+    kwargs = engine_kwargs(model, config)
+    kwargs.update(distributed_executor_backend="external_launcher", data_parallel_size=world_size // tp)
+    return kwargs
+
+
+class ColocatedShard:
+    """The engine shard of this rank (``torch.distributed`` must be initialised, every rank of the world
+    constructs one at the same time). ``llm`` is the plain ``vllm.LLM``; generation goes through it."""
+
+    def __init__(self, model: str, config: RolloutConfig) -> None:
+        import torch.distributed as dist
+        from vllm import LLM
+
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "a colocated engine shard joins the actor ranks' process group: initialise it first"
+            )
+        self.config = config
+        self.checkpoint = Checkpoint.load(model)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.engine_index = self.rank // config.engine.tensor_parallel_size
+        started = time.perf_counter()
+        self.llm = LLM(**colocated_kwargs(model, config, self.world_size))
+        self.startup_s = time.perf_counter() - started
+        self.weight_version = 0
+        self.asleep = False
+        self.sleep_mode = bool(config.engine.enable_sleep_mode) and sleep_mode_available()
+
+    # -- memory -------------------------------------------------------------------------------------
+
+    def sleep(self, level: int = 1) -> bool:
+        """Release the weights (offloaded to host memory at level 1, dropped at level 2) and the KV cache
+        for the update; False, doing nothing, where vLLM has no sleep mode (its CPU backend) or
+        ``engine.enable_sleep_mode`` is off."""
+        if not self.sleep_mode:
+            log.info(
+                "colocated engine %d: no sleep mode here, it keeps its memory during the update",
+                self.engine_index,
+            )
+            return False
+        self.llm.sleep(level=level)
+        self.asleep = True
+        return True
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> bool:
+        """Bring back ``tags`` (None: everything) of what :meth:`sleep` released."""
+        if not self.asleep:
+            return False
+        self.llm.wake_up(tags=list(tags) if tags is not None else None)
+        if tags is None or KV_CACHE in tags:
+            self.asleep = False
+        return True
+
+    # -- weights ------------------------------------------------------------------------------------
+
+    def load_from(self, model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> int:
+        """Load the FSDP ``model``'s current weights, bucket by bucket, into this rank's engine; every
+        rank calls it together (each bucket is gathered collectively). Names and shapes are checked
+        against the checkpoint before the first bucket. Returns how many buckets it took; the engine's
+        ``weight_version`` goes up by one."""
+        from services.trainer.weight_buckets import full, group_stream, manifest
+
+        state = model.state_dict()
+        entries = manifest(state, dtype)
+        announced = [(e.name, e.shape) for e in entries]
+        check_announced(announced, self.checkpoint.parameter_names, checkpoint_shapes(self.checkpoint))
+        rpc = self.llm.collective_rpc
+        rpc("reelrl_begin_buckets")
+        count, offset = 0, 0
+        try:
+            stream = ((n, full(t)) for n, t in state.items())
+            for bucket in group_stream(stream, entries, bucket_mb, self._device()):
+                check_bucket(bucket, announced[offset : offset + len(bucket)])
+                (loaded,) = rpc("reelrl_load_tensors", args=(bucket,))
+                if loaded != len(bucket):
+                    raise RuntimeError(f"rank {self.rank}: engine loaded {loaded} of {len(bucket)} tensors")
+                offset += len(bucket)
+                del bucket  # the engine copied it into its own storage
+                count += 1
+        finally:
+            (missing,) = rpc("reelrl_end_buckets")
+            self.weight_version += 1
+            self.llm.llm_engine.set_weight_version(str(self.weight_version))
+        if missing:
+            raise RuntimeError(
+                f"rank {self.rank}: {len(missing)} engine parameters not loaded (e.g. {missing[:3]})"
+            )
+        self.llm.llm_engine.reset_encoder_cache()
+        self.llm.reset_prefix_cache()
+        return count
+
+    def _device(self) -> torch.device:
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
+
+    # -- lifetime -----------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop the in-process engine core. vLLM's cleanup then destroys its groups AND the ranks' default
+        process group (``cleanup_dist_env_and_memory``, vLLM 0.32), so this is the last collective
+        thing a rank does: checkpoints and the final gather come before it."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
