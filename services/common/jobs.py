@@ -74,7 +74,8 @@ MAX_RETRIES_LIMIT = 20
 
 
 class JobSettings(BaseSettings):
-    """Heartbeat timing, from ``REELRL_JOB_*`` environment variables (read when a job starts)."""
+    """Heartbeat timing and size bounds, from ``REELRL_JOB_*`` environment variables (read when a job
+    starts, or is submitted)."""
 
     model_config = SettingsConfigDict(env_prefix="REELRL_JOB_", extra="ignore")
 
@@ -82,6 +83,9 @@ class JobSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which a job is failed")
     # Progress reports closer together than this are merged (the latest wins).
     progress_interval_s: float = Field(0.5, ge=0)
+    # Size bounds of a submitted job (services.trainer.job_bounds), checked at submission.
+    max_files: int = Field(256, gt=0, description="files one list of a job's config may name")
+    max_samples: int = Field(1_000_000, gt=0, description="samples all of a job's dataset files may hold")
 
     @model_validator(mode="after")
     def _check(self) -> JobSettings:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,13 +118,15 @@ def prepare_split(
     system_prompt: str | None = None,
     images: ImageFiles | None = None,
     media_limits: Mapping[str, int] | None = None,
+    check_stop: Callable[[], None] = lambda: None,
 ) -> tuple[list[TrainSample], DataReport]:
     """Every usable sample of ``files``; clips missing from the store are preprocessed first (or, with
     ``cached_only``, the run fails naming them). A sample whose clip cannot be decoded, or whose prompt
     exceeds ``max_prompt_tokens``, is dropped, counted and logged, never a crash. Image samples' files are
     added to ``images`` (read from their files within its pixel budget, not preprocessed). A sample with
     more images or videos than ``media_limits`` (the engine's ``limit_mm_per_prompt``) is dropped and
-    counted too: the engine would refuse it mid-run."""
+    counted too: the engine would refuse it mid-run. ``check_stop`` is called often (per file, every
+    256 samples, while preprocessing waits) and raises to abandon the preparation (a cancelled job)."""
     settings = get_settings()
     fam = get_family(family)
     base = cfg.video_params(family)
@@ -133,8 +135,11 @@ def prepare_split(
     hashes: dict[Path, str] = {}
     for file in files:
         dataset_dir = Path(file).resolve().parent
+        check_stop()
         for sample in load_samples(file):
             report.loaded += 1
+            if report.loaded % 256 == 0:
+                check_stop()
             try:
                 canonical_name(sample.problem_type)
             except UnknownProblemType as exc:
@@ -198,7 +203,7 @@ def prepare_split(
         )
     failed: dict[str, str] = {}
     if missing and cfg.source_mode == "prefer_cached":
-        failed = _preprocess(missing, base, cfg, work_dir / f"{split}.pending.jsonl")
+        failed = _preprocess(missing, base, cfg, work_dir / f"{split}.pending.jsonl", check_stop)
         report.preprocessed = len(missing)
 
     samples: list[TrainSample] = []
@@ -269,6 +274,7 @@ def _preprocess(
     base: VideoParams,
     cfg: DataConfig,
     pending: Path,
+    check_stop: Callable[[], None] = lambda: None,
 ) -> dict[str, str]:
     """Decode the clips of ``entries`` through the worker pool; returns {sample id: error} of failures."""
     from services.preprocess.dataset import read_jsonl, write_jsonl_atomic
@@ -281,7 +287,9 @@ def _preprocess(
     write_jsonl_atomic(pending, rows)
     out = pending.with_name(pending.stem + ".clips.jsonl")
     log.info("preprocessing %d sample(s) with missing clips", len(rows))
-    report = run_preprocess(pending, out, base, workers=cfg.preprocess_workers)
+    report = run_preprocess(
+        pending, out, base, workers=cfg.preprocess_workers, progress=lambda done, total: check_stop()
+    )
     failed_file = report.failed_out
     failures: dict[str, str] = {}
     if failed_file is not None and Path(failed_file).exists():

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from services.common.frames import FrameStore
+from services.common.jobs import JobCancelled
 from services.common.trackers import require as require_trackers
 from services.reward import RewardResult, make_reward_client
 from services.reward.client import RewardServiceError
@@ -73,7 +74,9 @@ class Timer:
 
 @dataclass
 class Hooks:
-    """How a job runner watches and steers a run: called after every step; ``stop`` polled per step."""
+    """How a job runner watches and steers a run: called after every step; ``stop`` polled per step,
+    and during setup between its phases and inside data preparation, where it ends the run at once
+    (JobCancelled: nothing to checkpoint yet)."""
 
     on_step: list[Callable[[int, dict[str, float]], None]] = field(default_factory=list)
     stop: Callable[[], bool] = lambda: False
@@ -221,9 +224,13 @@ class Trainer:
             self.reference_path = ckpt.reference_source(
                 self.resume_from, ckpt.read_state(self.resume_from), warm_started=cfg.warmup.steps > 0
             )
+        self._stop_if_asked("data preparation")
         self._setup_data(model_path)
+        self._stop_if_asked("actor start")
         self._setup_models(model_path)
+        self._stop_if_asked("engine start")
         self._setup_rollout(model_path)
+        self._stop_if_asked("setup")
         from services.common.observability import serve_trainer_metrics
 
         prometheus = serve_trainer_metrics()  # on REELRL_METRICS_PORT, when set
@@ -247,6 +254,10 @@ class Trainer:
         self.logger.truncate_after(self.start_step if self.resume_from is not None else -1)
         for step in ckpt.discard_after(self.output_dir, self.start_step):
             log.warning("removed checkpoint step %d: newer than the step this run resumes from", step)
+
+    def _stop_if_asked(self, phase: str) -> None:
+        if self.hooks.stop():
+            raise JobCancelled(f"stopped during {phase}, before any training step")
 
     def _setup_data(self, model_path: str) -> None:
         from transformers import AutoTokenizer
@@ -273,6 +284,7 @@ class Trainer:
             cfg=cfg.data, family=family, tokenizer=tokenizer, store=self.store, work_dir=work,
             realtime=self.realtime, system_prompt=cfg.data.system_prompt, images=self.images,
             media_limits=rollout.engine.limit_mm_per_prompt,
+            check_stop=lambda: self._stop_if_asked("data preparation"),
         )  # fmt: skip
         self.train_samples, self.train_report = prepare_split(cfg.data.train_files, split="train", **common)
         self.val_samples, self.val_report = (

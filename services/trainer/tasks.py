@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from services.common.jobs import METRICS_EVENT, METRICS_REWIND_EVENT, JobContext, metrics_steps, run_job
+from services.common.orphans import sweep_at_worker_start
 
 if TYPE_CHECKING:
     from services.trainer.config import TrainConfig
 
 log = logging.getLogger(__name__)
+# Engines a killed worker left behind (services.common.orphans) end when the next worker starts.
+worker_ready.connect(sweep_at_worker_start)
 
 TRAIN_TASK = "reelrl.train.run"
 # A run is bounded by its own total_steps; the broker's visibility timeout must exceed this on Redis.
@@ -107,6 +111,7 @@ def run_train_job(job_id: str, *, on_step: Sequence[Callable[[int, dict], None]]
     from services.trainer.config import parse_config
     from services.trainer.loop import Hooks, run
 
+    summary: dict[str, Any] = {}  # stays empty when a cancel stops the run during its setup
     with run_job(job_id) as ctx:
         config = parse_config(ctx.config)
         _continue_own_run(config, job_id, ctx.attempt)
