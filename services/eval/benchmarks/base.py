@@ -287,6 +287,12 @@ class Benchmark:
                 and not results[s.id].error
             )
             notes = list(main.notes)
+            robust_only = sum(1 for s in samples if self.official_reader(s) is None)
+            if robust_only:
+                notes.append(
+                    f"{robust_only} items have no official rule reader (judged or likelihood-scored "
+                    "officially, or no scorer released): the robust reader reads them under both protocols"
+                )
             if details["official_left_out"]:
                 notes.append(
                     f"{details['official_left_out']} items left out of the official denominator "

@@ -46,6 +46,12 @@ class LiveSports3K(Benchmark):
     annotations = ("LiveSports-3K-QA.json", "LiveSports-3K-QA.csv", "*.json", "*.csv")
     templates = fixed({"prompt": "{question}\n{options}\nPlease select the correct answer."})
     breakdowns = fixed({"q_type": "q_type", "ocr": "ocr"})
+    # no text reader to follow: the official score is the argmax over the option letters' logits
+    official_source = (
+        "showlab/livecc · evaluation/distributed_mcq_predictor.py · preprocess_logits_for_metrics + "
+        "evaluation/livesports3kqa/distributed_evaluate_livesports3kqa.py · evaluate_livesports3kqa_results "
+        "(letter likelihoods, not text: the robust reader reads the generated answer)"
+    )
     Options = WindowOptions
 
     def load(self, files: Sequence[Path]) -> list[Sample]:

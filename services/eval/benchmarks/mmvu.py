@@ -45,6 +45,11 @@ class MMVU(Benchmark):
     option_style = "{letter}: {text}"
     judged_types = frozenset({"open-ended"})
     breakdowns = fixed({"question_type": "question_type", "subject": "subject"})
+    # the official evaluation has GPT-4o read and grade every answer: no rule reader to re-implement
+    official_source = (
+        "yale-nlp/MMVU · utils/eval_utils.py · prepare_evaluation_message + get_acc_async (GPT-4o judges "
+        "every answer: the configured judge grades open answers, the robust reader reads the rest)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

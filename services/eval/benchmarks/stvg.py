@@ -85,6 +85,10 @@ class STVG(Benchmark):
     title = "STVG (HC-STVG v2)"
     annotations = ("*_v2.json", "*.json")
     video = fixed({"fps": 2.0, "max_frames": 64})
+    official_source = (
+        "tzhhhh123/HC-STVG · eval_hcvg.py · hcvg_eval (m_vIoU, m_tIoU, vIoU@0.3/0.5; no official "
+        "generative prompt or text reader: the robust JSON reader)"
+    )
     Options = STVGOptions
     templates = fixed(
         {

@@ -250,6 +250,12 @@ class VCRBench(Benchmark):
         }
     )
     judged_types = frozenset({"open-ended"})
+    # the official evaluation has GPT-4o extract every answer before the IoU and judge rules
+    official_source = (
+        "zhishuifeiqian/VCR-Bench · eval_code/eval.py · extract_answer + match_answer (GPT-4o extracts the "
+        "answer; intervals right at IoU > 0.7, boxes at IoU > 0.5, the rest judged; eval_code/cau_acc.py · "
+        "calculate_accuracy) — the robust reader extracts"
+    )
     Options = VCRBenchOptions
     rubric_max_tokens = 2048  # the official judge calls allow 2048 tokens for the step lists
 

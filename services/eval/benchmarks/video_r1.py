@@ -48,6 +48,11 @@ class VideoR1(Benchmark):
     name = "video_r1"
     title = "Video-R1 / EasyVideoR1 unified JSON"
     annotations = ("*.json", "*.jsonl")
+    # a unified format over many benchmarks, not one benchmark's protocol: the robust reader reads
+    official_source = (
+        "cyuQ1n/EasyVideoR1 · eval/code/AsyncLLMEngine_eval_videobench_qwen3vl_multi_task.py · extract_answer "
+        "(not re-implemented: the format gathers many benchmarks; each has its own adapter and reader)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

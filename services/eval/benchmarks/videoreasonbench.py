@@ -31,6 +31,10 @@ class VideoReasonBench(Benchmark):
     video = fixed({"fps": None, "nframes": 32, "max_pixels": 448 * 448})  # the official Qwen2.5-VL settings
     templates = fixed({"prompt": "{question}"})
     judged_types = frozenset({"open-ended"})
+    official_source = (
+        "llyx97/video_reason_bench · utils/eval_utils.py · get_judge_prompt + llm_judge_api (an LLM judge: "
+        "the configured judge with the official question; no rule reader exists)"
+    )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:
         samples = []

@@ -373,3 +373,18 @@ def test_longvideo_reason(tmp_path, evaluate):
     )
     assert [out.results[s.id].accuracy for s in out.samples] == [right for _, right in LONG_REASON]
     assert out.summary.overall == pytest.approx(100 * 5 / 15)
+
+
+def test_every_benchmark_names_its_official_protocol_in_the_docs():
+    from pathlib import Path
+
+    from services.eval.benchmarks import benchmark_names, get_benchmark
+    from services.reward.official import get_official_reader
+
+    docs = Path(__file__).resolve().parents[3].joinpath("docs", "evaluation.md").read_text(encoding="utf-8")
+    for name in benchmark_names():
+        bench = get_benchmark(name)
+        assert bench.official_source.count(" · ") >= 2, name  # repo · path · function
+        assert bench.official_source in docs, f"docs/evaluation.md lacks {name}'s official protocol"
+        for reader in bench.official_readers.values():
+            get_official_reader(reader)  # every named reader exists
