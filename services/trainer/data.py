@@ -16,6 +16,7 @@ from typing import Any
 
 from services.common.families import Family, get_family
 from services.common.frames import FrameStore, VideoParams, clip_key
+from services.common.frames.decoders import failure_reason
 from services.common.frames.hashing import content_hash
 from services.common.frames.store import META_FILE
 from services.common.samples import Sample, load_samples, reward_fields
@@ -223,7 +224,11 @@ def prepare_split(
             meta = _store_meta(store, key)
             if meta is None and realtime is not None:
                 # realtime_only: counting tokens needs the clip's grid, so each clip is decoded once here
-                _, meta = realtime.load(key, None)
+                try:
+                    _, meta = realtime.load(key, None)
+                except Exception as exc:  # whatever decoding raised: this sample's failure, not the run's
+                    failed[sample.id] = f"cannot decode its video: {failure_reason(exc)}"
+                    break
             if meta is None:
                 raise DataError(
                     f"sample {sample.id!r}: clip {key} is not in the frame store after preprocessing"
