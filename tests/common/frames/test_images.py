@@ -59,3 +59,20 @@ def test_a_frame_folder_of_16_bit_pngs_is_scaled(tmp_path):
     frames, _ = decode_clip(folder, VideoParams(folder_fps=2.0))
     means = frames.float().mean(dim=(1, 2, 3)).tolist()
     assert means == pytest.approx([64, 192], abs=1)  # 16384 >> 8, 49152 >> 8; clipped both are 255
+
+
+def test_48_bit_rgb_pngs_get_the_same_top_byte(tmp_path):
+    # Pillow has no 16-bit RGB mode: it opens a 48-bit PNG as 8-bit RGB by the top byte itself, the
+    # rule rgb8 applies to 16-bit gray, so both depths of one picture give the same bytes.
+    import av
+
+    values = np.stack([RAMP, RAMP[::-1], np.full_like(RAMP, 40000)], axis=-1)[None].repeat(2, 0)
+    path = tmp_path / "rgb48.png"
+    with av.open(str(path), "w", format="image2") as container:
+        stream = container.add_stream("png")
+        stream.width, stream.height, stream.pix_fmt = values.shape[1], values.shape[0], "rgb48be"
+        container.mux(stream.encode(av.VideoFrame.from_ndarray(values, format="rgb48le")))
+        container.mux(stream.encode())
+    with Image.open(path) as image:
+        out = np.asarray(rgb8(image))
+    assert (out == to_8bit(values)).all()
