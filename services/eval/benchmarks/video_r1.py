@@ -18,7 +18,7 @@ from typing import Any
 from services.common.coords import parse_answer
 from services.common.samples import Sample, to_sample
 from services.eval.benchmarks.aggregate import by_key, percent, summary
-from services.eval.benchmarks.base import Benchmark
+from services.eval.benchmarks.base import Benchmark, fixed
 from services.eval.benchmarks.files import read_rows
 from services.eval.benchmarks.registry import register
 from services.eval.benchmarks.results import ItemResult, Summary
@@ -48,10 +48,11 @@ class VideoR1(Benchmark):
     name = "video_r1"
     title = "Video-R1 / EasyVideoR1 unified JSON"
     annotations = ("*.json", "*.jsonl")
-    # a unified format over many benchmarks, not one benchmark's protocol: the robust reader reads
+    # multiple choice follows EasyVideoR1's extract_answer; its other types keep the robust reader
+    official_readers = fixed({"multiple choice": "video_r1"})
     official_source = (
         "cyuQ1n/EasyVideoR1 · eval/code/AsyncLLMEngine_eval_videobench_qwen3vl_multi_task.py · extract_answer "
-        "(not re-implemented: the format gathers many benchmarks; each has its own adapter and reader)"
+        "(multiple choice; mean_acc over the non-regression items, mean_mra over regression)"
     )
 
     def load(self, files: Sequence[Path]) -> list[Sample]:

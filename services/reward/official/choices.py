@@ -403,3 +403,55 @@ def longvideo_reason(response: str, prefix: str, sample: RewardSample) -> Read:
     found = pattern.search(response)
     answer = found.group(1).strip() if found else response.strip()
     return Read(1.0 if answer == truth else 0.0)
+
+
+_EASY_LETTERS = "ABCDEFGHIJ"
+_EASY_FINAL = (
+    re.compile(
+        r"(?:Therefore|So|Thus|Hence|Finally)[,\s]*(?:the\s+)?(?:final\s+|best\s+|correct\s+)?answer\s+is[:\s]+"
+        r"([A-J])\b",
+        re.I,
+    ),
+    re.compile(r"(?:the\s+)?(?:final\s+|best\s+|correct\s+)?answer\s+is[:\s]+([A-J])\b", re.I),
+    re.compile(r"答案[是为：:]\s*([A-J])\b", re.I),
+)
+_EASY_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
+_EASY_AFTER_THINK = re.compile(r"</think>\s*(.*?)$", re.S | re.I)
+_EASY_LEADING = re.compile(r"^([A-J])(?:\s*[.。\):]|$|\s)")
+_EASY_ANSWER_IS = re.compile(r"answer\s+is[:\s]+([A-J])\b", re.I)
+_EASY_CHOOSE = re.compile(r"(?:I\s+)?(?:choose|select|pick)\s+(?:option\s+)?([A-J])\b", re.I)
+_EASY_LINE = re.compile(r"^([A-J])\s*[.):\s。]?\s*$")
+_EASY_LINE_END = re.compile(r"\b([A-J])\s*[.)]?\s*$")
+
+
+@official_reader(
+    "video_r1",
+    rule="EasyVideoR1's extract_answer for multiple choice: a short <answer> letter, 'the final answer "
+    "is X', the text after </think> starting with a letter, 'I choose X', a letter alone (or ending a "
+    "short line) in the last five lines; letters A–J",
+    source="cyuQ1n/EasyVideoR1 · eval/code/AsyncLLMEngine_eval_videobench_qwen3vl_multi_task.py · extract_answer",
+)
+def video_r1(response: str, prefix: str, sample: RewardSample) -> Read:
+    tagged = _EASY_TAG.search(response)
+    answer = tagged.group(1).strip() if tagged else ""
+    if answer and len(answer) <= 2:
+        letter = answer.strip().rstrip(".").upper()
+        if letter in _EASY_LETTERS:  # a substring test in the released code ("AB" passes too)
+            return Read(letter)
+    for pattern in _EASY_FINAL:
+        if found := pattern.search(response):
+            return Read(found.group(1).upper())
+    if (after := _EASY_AFTER_THINK.search(response)) and (text := after.group(1).strip()):
+        if len(text) == 1 and text.upper() in _EASY_LETTERS:
+            return Read(text.upper())
+        if found := _EASY_LEADING.match(text) or _EASY_ANSWER_IS.search(text):
+            return Read(found.group(1).upper())
+    if found := _EASY_CHOOSE.search(response):
+        return Read(found.group(1).upper())
+    for line in reversed(response.strip().split("\n")[-5:]):
+        line = line.strip()
+        if len(line) == 1 and line.upper() in _EASY_LETTERS:
+            return Read(line.upper())
+        if found := _EASY_LINE.match(line) or (len(line) < 30 and _EASY_LINE_END.search(line)):
+            return Read(found.group(1).upper())
+    return Read(None)

@@ -388,3 +388,13 @@ def test_every_benchmark_names_its_official_protocol_in_the_docs():
         assert bench.official_source in docs, f"docs/evaluation.md lacks {name}'s official protocol"
         for reader in bench.official_readers.values():
             get_official_reader(reader)  # every named reader exists
+
+
+def test_video_r1(tmp_path, evaluate):
+    # cyuQ1n/EasyVideoR1 extract_answer on multiple choice: 9 of 17 (VIDEO_R1 in test_readers.py)
+    rows = [{"problem_id": f"mc{i}", "problem": "Which colour?", "data_type": "video", "problem_type": "multiple choice",
+             "options": [f"{chr(65 + j)}: {t}" for j, t in enumerate(TEXTS)], "solution": "<answer>B</answer>",
+             "path": f"v{i}.mp4", "data_source": "videomme"} for i in range(N)]  # fmt: skip
+    write_json(tmp_path / "eval.json", rows)
+    out = evaluate("video_r1", tmp_path, in_order("video_r1", tmp_path))
+    assert official_right(out) == 9 and out.summary.overall == pytest.approx(100 * 9 / 17)

@@ -49,6 +49,8 @@ TEMPCOMPASS = [
 ]  # fmt: skip
 # Video-MMMU parse_multi_choice_response: "X." / "X:", "(X)", "X ", option text; the last written
 VIDEOMMMU = ["B", "B", "B", "B", None, None, None, "C", None, "A", "B", None, "B", "C", "B", "B", None]
+# EasyVideoR1 extract_answer (multiple choice): tags, "answer is X", after </think>, last lines
+VIDEO_R1 = ["B", "B", None, "B", None, "B", None, "C", None, "B", "B", None, "B", "C", "B", "B", None]
 # the robust reader (training rewards): option text, lowercase letters, phrases; hedges read as nothing
 ROBUST = ["B", "B", "B", "B", "B", "B", "B", None, None, "B", "B", "B", "B", "C", "B", "B", "B"]
 
@@ -65,6 +67,7 @@ COLUMNS = {
     "minerva": MINERVA,
     "tempcompass_mc": TEMPCOMPASS,
     "videommmu": VIDEOMMMU,
+    "video_r1": VIDEO_R1,
 }
 CASES = [(name, r, col[i]) for name, col in COLUMNS.items() for i, r in enumerate(RESPONSES)]
 
