@@ -103,3 +103,23 @@ def test_eval_summaries_reach_wandb_and_mlflow_once_per_attempt(tmp_path: Path, 
     assert ids == {record["wandb"]["id"]}
     assert sorted((r["_step"], r["eval/mvbench/overall"]) for r in rows) == [(0, 50.0), (1, 75.0)]
     assert all(r["eval/mvbench/breakdowns/task/action_count/score"] == 50.0 for r in rows)
+
+
+def test_an_eval_selecting_a_tracker_that_is_not_installed_fails_at_start_naming_the_extra(
+    tmp_path: Path,
+) -> None:
+    # the package hidden (a None entry in sys.modules makes its import fail); nothing is loaded or run
+    code = (
+        "import sys; sys.modules['mlflow'] = None\n"
+        "from pathlib import Path\n"
+        "from services.eval.config import EvalConfig\n"
+        "from services.eval.runner import run_eval\n"
+        "root = Path(sys.argv[1])\n"
+        "run_eval(EvalConfig(model=root, benchmarks=['mvbench'], data_root=root, loggers=['mlflow']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "TrackerNotInstalled: eval.loggers includes mlflow" in done.stderr
+    assert "pip install 'reelrl[mlflow]'" in done.stderr
