@@ -77,3 +77,15 @@ def test_colocated_says_what_is_missing_until_it_exists() -> None:
     cfg = config(actor={"world_size": 2}, rollout={"placement": "colocated"})
     with pytest.raises(PlacementError, match=r"set rollout.placement=disaggregated"):
         start_colocated(cfg, resolve(cfg, cuda=True), "m", cfg.effective_rollout())
+
+
+@pytest.mark.parametrize("name", ["qwen2_5_vl_7b_dapo", "qwen2_5_vl_7b_luffy", "qwen3_vl_8b_grpo"])
+def test_the_large_recipes_use_the_seed_s_layout(name: str) -> None:
+    from pathlib import Path
+
+    from services.trainer.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / f"{name}.yaml")
+    # 4 engines of tensor parallel 2 on the 8 ranks' GPUs, asleep during the update
+    assert resolve(cfg, cuda=True) == Layout("colocated", 4, 2)
+    assert cfg.rollout.engine.enable_sleep_mode
