@@ -40,13 +40,14 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
 def markdown_table(summaries: Sequence[Summary]) -> str:
     """One row per benchmark (headline and named metrics), then one table per breakdown."""
     lines = [
-        "| benchmark | metric | overall | samples | missing | errors | judged |",
-        "|---|---|---|---|---|---|---|",
+        "| benchmark | metric | overall | robust reader | unreadable | samples | missing | errors | judged |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
+        robust = "" if s.robust_overall is None else f"{s.robust_overall:.2f}"
         lines.append(
-            f"| {s.benchmark} | {s.metric} | {s.overall:.2f} | {s.count} | {len(s.missing)} | {len(s.errors)} | "
-            f"{s.judged} |"
+            f"| {s.benchmark} | {s.metric} | {s.overall:.2f} | {robust} | {s.unreadable} | {s.count} | "
+            f"{len(s.missing)} | {len(s.errors)} | {s.judged} |"
         )
     for s in summaries:
         lines += ["", f"## {s.benchmark}", ""]

@@ -34,6 +34,10 @@ def result_event(summary: Any, manifest: dict[str, Any]) -> dict[str, Any]:
         "missing": len(summary.missing),
         "errors": len(summary.errors),
         "judged": summary.judged,
+        # the official headline's robust counterpart and what the official reader could not read
+        "reader": summary.reader,
+        "robust_overall": summary.robust_overall,
+        "unreadable": summary.unreadable,
         **summary.metrics,
         "manifest": manifest,
     }

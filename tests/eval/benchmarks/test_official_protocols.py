@@ -398,3 +398,13 @@ def test_video_r1(tmp_path, evaluate):
     write_json(tmp_path / "eval.json", rows)
     out = evaluate("video_r1", tmp_path, in_order("video_r1", tmp_path))
     assert official_right(out) == 9 and out.summary.overall == pytest.approx(100 * 9 / 17)
+
+
+def test_summary_table_shows_both_readers():
+    from services.eval.benchmarks import Summary
+    from services.eval.outputs import markdown_table
+
+    table = markdown_table([Summary(benchmark="lvbench", metric="accuracy", overall=40.0, count=5,
+                                    robust_overall=60.0, unreadable=2)])  # fmt: skip
+    assert "| overall | robust reader | unreadable |" in table
+    assert "| lvbench | accuracy | 40.00 | 60.00 | 2 | 5 |" in table
