@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from services.trainer.algorithms import KLMode
 from services.trainer.config import ConfigError, TrainConfig, parse_config
 from services.trainer.group import LocalActorGroup
 from services.trainer.update import SequenceTargets
@@ -136,3 +137,21 @@ def test_the_large_recipes_train_an_fp32_master_with_bf16_forwards(name: str) ->
         "bfloat16",
         False,
     )
+
+
+@pytest.mark.slow
+def test_the_reference_is_stored_and_run_in_the_compute_dtype(world: World) -> None:
+    config = recipe_config(world, compute_dtype="bfloat16").model_copy(deep=True)
+    config.algorithm.kl.mode = KLMode.LOSS
+    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
+    try:
+        assert {p.dtype for p in group.reference.model.parameters()} == {torch.bfloat16}
+        assert {p.dtype for p in group.actor.model.parameters()} == {torch.float32}
+        groups = make_groups(world, config.effective_rollout(), [[6, 9]])
+        group.load_batch(list(world.samples[:1]), groups)
+        actor, reference = group.log_probs(temperature=1.0), group.log_probs(temperature=1.0, reference=True)
+    finally:
+        group.shutdown()
+    # the same weights before any update: equal up to the rounding of the stored bf16 copy
+    gap = max(float((a - r).abs().max()) for a, r in zip(actor, reference, strict=True))
+    assert 0 < gap < 0.05
