@@ -405,6 +405,9 @@ class Trainer:
         self._batch_ids = [s.sample.id for s in samples]
         with timer("reward"):
             scored = self.score(step, samples, groups)
+        # A colocated engine gives the update its memory back (level 1: weights to host memory, KV cache
+        # dropped) until the weights are pushed after it.
+        sleeping = cfg.rollout.engine.enable_sleep_mode and self.engine.sleep(1)
         with timer("prepare"):
             self.group.load_batch([s.rollout for s in samples], groups)
         temperature = cfg.rollout.temperature or 1.0
@@ -443,6 +446,8 @@ class Trainer:
             )
         metrics["actor/lr"] = self.group.scheduler_step()
         with timer("weight_sync"):
+            if sleeping:
+                self.engine.wake_up()
             self._push_weights()
 
         metrics.update({f"actor/{k}": v for k, v in update.items()})

@@ -14,6 +14,8 @@ import pytest
 
 from tests.trainer.actor_steps import free_port
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOLERANCE = 1e-4
 TIMEOUT_S = 600
@@ -41,3 +43,77 @@ def test_two_ranks_each_host_an_engine_and_load_their_own_buckets(tmp_path: Path
         assert r["gap_after_vs_old"] > 1e-3, r  # the load took
         assert r["weight_version"] == 1 and r["buckets"] > 10, r
         assert (r["slept"], r["woke"]) == (False, False), r  # the CPU backend has no sleep mode
+
+
+class Recorder:
+    """The real fleet, with every call the loop makes on it (and the actor's update) written to
+    ``calls``; its sleep and wake report success as a GPU engine's would (the CPU backend has no sleep
+    mode, so the real engines keep their memory)."""
+
+    def __init__(self, fleet, calls: list[str]) -> None:
+        self.fleet, self.calls = fleet, calls
+
+    def rollout(self, *args, **kwargs):
+        self.calls.append("generate")
+        return self.fleet.rollout(*args, **kwargs)
+
+    def sleep(self, level: int = 1) -> bool:
+        self.calls.append(f"sleep({level})")
+        return True
+
+    def wake_up(self) -> bool:
+        self.calls.append("wake_up")
+        return True
+
+    def push_weights(self, weights) -> float:
+        self.calls.append("load")
+        return self.fleet.push_weights(weights)
+
+    def __getattr__(self, name: str):
+        return getattr(self.fleet, name)
+
+
+def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path, monkeypatch) -> None:
+    """With ``engine.enable_sleep_mode``, each step runs generate → sleep → update → wake → load (the
+    real loop and engine; only sleep and wake are recorded instead of sent, which CPU vLLM refuses)."""
+    from services.common.synthetic_tasks import make_task_datasets
+    from services.common.tiny_models import build_tiny_model
+    from services.trainer import placement
+    from services.trainer.config import load_config
+    from services.trainer.loop import run
+
+    data = make_task_datasets(tmp_path / "data", train_videos=4, val_videos=2)
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model")
+    values = {
+        "data.train_files": f"[{data['colour_mix']}]", "data.val_files": f"[{data['colour_val']}]",
+        "data.batch_size": 2, "data.video_min_pixels": 3136, "data.video_max_pixels": 3136,
+        "actor.model_path": str(model), "rollout.n": 2, "rollout.engine.enable_sleep_mode": "true",
+        "trainer.output_dir": str(tmp_path / "run"), "trainer.total_steps": 2, "trainer.val_freq": 0,
+        "trainer.save_freq": 0, "trainer.loggers": "[jsonl]",
+    }  # fmt: skip
+    config = load_config(ROOT / "examples" / "tiny_cpu.yaml", [f"{k}={v}" for k, v in values.items()])
+    calls: list[str] = []
+    start = placement.start_fleet
+
+    def recorded(cfg, model_path, *, group, **parts):
+        awake = cfg.model_copy(deep=True)
+        awake.rollout.engine.enable_sleep_mode = False  # the real CPU engines refuse sleep mode
+        update = group.update
+
+        def recorded_update(*args, **kwargs):
+            calls.append("update")
+            return update(*args, **kwargs)
+
+        group.update = recorded_update
+        return Recorder(start(awake, model_path, group=group, **parts), calls)
+
+    monkeypatch.setattr(placement, "start_fleet", recorded)
+    result = run(config)
+    assert result.steps == 2
+    # around each update: asleep right before it, awake and loaded right after, never generating asleep
+    updates = [i for i, call in enumerate(calls) if call == "update"]
+    assert len(updates) == 2, calls
+    for i in updates:
+        assert calls[i - 1 : i + 3] == ["sleep(1)", "update", "wake_up", "load"], calls
+        assert calls[i - 2] == "generate", calls  # the step's rollout came before the sleep
+    assert calls.count("sleep(1)") == calls.count("wake_up") == 2, calls
