@@ -113,8 +113,10 @@ class MLVU(Benchmark):
     )
     templates = fixed(
         {
-            # choice_bench.py: the rstripped options, then "Only give the best option." with no newline
+            # dev, choice_bench.py: the rstripped options, then "Only give the best option." with no newline
             "prompt": "Question: {question}\nOptions:\n{options}Only give the best option.",
+            # test, evaluation_test/test_bench.py: a newline before it
+            "test": "Question: {question}\nOptions:\n{options}\nOnly give the best option.",
             "generation": "{question}",
         }
     )
@@ -123,7 +125,7 @@ class MLVU(Benchmark):
     official_readers = fixed({"multiple choice": "mlvu"})
     official_source = (
         "JUNJIE99/MLVU · evaluation/multiple_choice_evaluation/choice_bench.py · check_ans + main "
-        "(accuracy per task; M-Avg the mean of tasks)"
+        "(accuracy per task; M-Avg the mean of tasks); test split: evaluation_test/test_bench.py · main"
     )
     option_style = "({letter}) {text}"
     breakdowns = fixed({"task": "task"})
@@ -148,6 +150,7 @@ class MLVU(Benchmark):
                     "videos": [f"video/{video}" if test else f"video/{path.stem}/{video}"],
                     "task": require(row, "question_type", where),
                     "duration": row.get("duration"),
+                    "split": "test" if test else "dev",
                 }
                 if candidates:
                     fields.update(
@@ -171,7 +174,14 @@ class MLVU(Benchmark):
         return sample.problem_type != "multiple choice"
 
     def template_for(self, sample: Sample) -> str:
-        return self.templates["generation" if self.generative(sample) else "prompt"]
+        if self.generative(sample):
+            return self.templates["generation"]
+        return self.templates["test" if sample.extra("split") == "test" else "prompt"]
+
+    def official_reader(self, sample: Sample) -> str | None:
+        if self.generative(sample):
+            return None
+        return "mlvu_test" if sample.extra("split") == "test" else "mlvu"
 
     def system_prompt(self, sample: Sample, thinking: bool = False) -> str | None:
         if thinking:

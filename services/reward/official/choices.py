@@ -455,3 +455,16 @@ def video_r1(response: str, prefix: str, sample: RewardSample) -> Read:
         if found := _EASY_LINE.match(line) or (len(line) < 30 and _EASY_LINE_END.search(line)):
             return Read(found.group(1).upper())
     return Read(None)
+
+
+@official_reader(
+    "mlvu_test",
+    rule="the stripped answer, cut before its first ')' and stripped again, equal to the option letter "
+    "(the test split's submission rule; the leaderboard compares the submitted option)",
+    source="JUNJIE99/MLVU · evaluation_test/test_bench.py · main (the 'option' it submits)",
+)
+def mlvu_test(response: str, prefix: str, sample: RewardSample) -> Read:
+    text = response.strip()
+    if ")" in text:
+        text = text[: text.index(")")].strip()
+    return Read(text or None)

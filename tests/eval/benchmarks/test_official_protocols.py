@@ -408,3 +408,17 @@ def test_summary_table_shows_both_readers():
                                     robust_overall=60.0, unreadable=2)])  # fmt: skip
     assert "| overall | robust reader | unreadable |" in table
     assert "| lvbench | accuracy | 40.00 | 60.00 | 2 | 5 |" in table
+
+
+def test_mlvu_test_split(tmp_path, evaluate):
+    # JUNJIE99/MLVU evaluation_test/test_bench.py: "\nOnly give the best option." (a newline, unlike the
+    # dev code) and the submitted option is the stripped text before ")": right for B, B) blue, " B" = 3
+    from services.eval.benchmarks import get_benchmark
+
+    items = [{"question_id": f"AR_{i}", "question_type": "anomaly_reco", "video": f"a{i}.mp4", "question": "Q?",
+              "candidates": [*TEXTS, "pink", "black"], "answer": "blue"} for i in range(N)]  # fmt: skip
+    write_json(tmp_path / "test_question.json", items)
+    out = evaluate("mlvu", tmp_path / "test_question.json", {f"AR_{i}": r for i, r in enumerate(RESPONSES)})
+    assert official_right(out) == 3 and out.summary.overall == pytest.approx(100 * 3 / 17)
+    bench = get_benchmark("mlvu")
+    assert bench.prompt(out.samples[0], "qwen2_5_vl").endswith("(F) black\nOnly give the best option.")

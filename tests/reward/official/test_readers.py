@@ -51,6 +51,11 @@ TEMPCOMPASS = [
 VIDEOMMMU = ["B", "B", "B", "B", None, None, None, "C", None, "A", "B", None, "B", "C", "B", "B", None]
 # EasyVideoR1 extract_answer (multiple choice): tags, "answer is X", after </think>, last lines
 VIDEO_R1 = ["B", "B", None, "B", None, "B", None, "C", None, "B", "B", None, "B", "C", "B", "B", None]
+# MLVU test_bench.py (test split): stripped, before the first ")" stripped again
+MLVU_TEST = [
+    "B", "(B", "B. blue", "The answer is B", "blue", "b", "**B**", "B or C", None, THINK,
+    "Answer: B", "B", "I think it is B.", "C", "Based on the video, B.", "B", "(b",
+]  # fmt: skip
 # the robust reader (training rewards): option text, lowercase letters, phrases; hedges read as nothing
 ROBUST = ["B", "B", "B", "B", "B", "B", "B", None, None, "B", "B", "B", "B", "C", "B", "B", "B"]
 
@@ -68,6 +73,7 @@ COLUMNS = {
     "tempcompass_mc": TEMPCOMPASS,
     "videommmu": VIDEOMMMU,
     "video_r1": VIDEO_R1,
+    "mlvu_test": MLVU_TEST,
 }
 CASES = [(name, r, col[i]) for name, col in COLUMNS.items() for i, r in enumerate(RESPONSES)]
 
