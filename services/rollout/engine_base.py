@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from services.common.families import Family
+from services.rollout import engine_processes
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig, call_config
 from services.rollout.environment import engine_environment, remove_private_folder
@@ -64,6 +65,8 @@ class EngineBase:
                 raise
         #: private folder with vLLM's socket and rendezvous files; removed at shutdown
         self.temp_folder = folder
+        #: the engine's processes and shared memory, seen gone (or removed) at shutdown
+        self.footprint = engine_processes.footprint(engine)
         self.startup_s = time.perf_counter() - started
         self._open = True
         log.info("%s for %s started in %.1f s", type(self).__name__, self.checkpoint.path, self.startup_s)
@@ -75,6 +78,7 @@ class EngineBase:
         return was_open
 
     def _end_shutdown(self) -> None:
+        engine_processes.release(self.footprint)
         remove_private_folder(self.temp_folder)
 
     def _begin_sleep(self, level: int) -> bool:

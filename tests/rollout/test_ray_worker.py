@@ -71,6 +71,8 @@ def test_rollout_worker_actor(
             p for p in psutil.Process().children(recursive=True)
             if p.pid not in processes_before and maps_any(p, segments)
         ]  # fmt: skip
+        # and their children: the resource tracker that unlinks what a killed process left is one
+        holders += [child for p in holders for child in p.children(recursive=True) if child not in holders]
         assert info["family"] == FAMILY and info["weight_version"] == 0
         sample = video_sample(FAMILY, "wide", "ray-1")
 
@@ -101,7 +103,8 @@ def test_rollout_worker_actor(
     finally:
         ray.get(actor.shutdown.remote(), timeout=120)
         ray.kill(actor)
-    # Unlinking is the exiting processes' last act: judge once every process the engine ran is gone.
+    # Unlinking is the exiting processes' last act (or their resource tracker's, after a kill): judge
+    # once every process the engine ran is gone.
     assert holders, "no process of this test maps the engine's segments"
     _, alive = psutil.wait_procs(holders, timeout=120)
     assert not alive, f"the actor's processes outlived its shutdown: {alive}"
