@@ -1,0 +1,70 @@
+"""The test suite's wall time: ``make test`` alone on the machine, and two of them side by side.
+
+    python -m bench.bench_suite            # suite_minutes: one `make test` (CI=true, as .ci/run runs it)
+    python -m bench.bench_suite --beside   # also suite_minutes_beside: two at once, each in its own clone
+
+Each run is the real suite (scripts/test.sh) in a fresh clone of this checkout's HEAD under
+bench/.work/suite, so what is measured is what CI runs. Both runs must pass; a failing suite records
+nothing. Figures go to bench/results.json with the machine's load (bench/results.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from bench.results import LoadWatch, add_load_argument, record
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / ".work" / "suite"
+
+
+def clone(name: str) -> Path:
+    target = WORK / name
+    subprocess.run(["rm", "-rf", str(target)], check=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(target)], check=True)
+    return target
+
+
+def start_suite(folder: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CI": "true"}
+    with open(log, "wb") as out:
+        return subprocess.Popen(["make", "test"], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def run_suites(count: int) -> float:
+    """Minutes until the last of ``count`` simultaneous suites finished; raises if any failed."""
+    folders = [clone(f"clone-{i}") for i in range(count)]
+    logs = [WORK / f"suite-{count}-{i}.log" for i in range(count)]
+    started = time.monotonic()
+    procs = [start_suite(folder, log) for folder, log in zip(folders, logs, strict=True)]
+    codes = [proc.wait() for proc in procs]
+    minutes = (time.monotonic() - started) / 60
+    for code, log in zip(codes, logs, strict=True):
+        tail = log.read_text(errors="replace").splitlines()[-3:]
+        print(f"{log.name}: exit {code}: {' | '.join(tail)}", flush=True)
+        if code != 0:
+            raise SystemExit(f"the suite failed ({log}): nothing recorded")
+    return minutes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--beside", action="store_true", help="also time two suites running at once")
+    add_load_argument(parser)
+    args = parser.parse_args()
+    watch = LoadWatch.begin("bench_suite", args.allow_load)
+    figures = {"suite_minutes": round(run_suites(1), 1)}
+    print(f"one suite: {figures['suite_minutes']} min", flush=True)
+    if args.beside:
+        figures["suite_minutes_beside"] = round(run_suites(2), 1)
+        print(f"two suites side by side: {figures['suite_minutes_beside']} min", flush=True)
+    record(figures, watch)
+
+
+if __name__ == "__main__":
+    main()
