@@ -19,7 +19,7 @@ from services.rollout.media import FrameSource
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.weight_sync import WeightBuckets
 from services.trainer import checkpoints as ckpt
-from services.trainer.actor import Actor, PolicyModel, distributed, torch_dtype
+from services.trainer.actor import Actor, PolicyModel, distributed
 from services.trainer.batch import PromptInputs, TokenSequence
 from services.trainer.config import TrainConfig
 from services.trainer.sequences import build_sequences, covering, offline_sequences, shard
@@ -95,14 +95,12 @@ class LocalActorGroup:
 
     @property
     def push_dtype(self) -> torch.dtype | None:
-        """The dtype the rollout engine holds its weights in: ``rollout.engine.dtype`` when named; with
-        ``auto``, the compute dtype when it is below fp32 (vLLM's ``auto`` runs an fp32 checkpoint in
-        bf16 on GPU), else None (sent as stored; the engine casts as it loads)."""
-        name = self.rollout.engine.dtype
-        if name != "auto":
-            return torch_dtype(name)
-        compute = self.actor.compute_dtype
-        return compute if compute != torch.float32 else None
+        """The dtype pushed weights travel in (:func:`services.trainer.weight_buckets.push_dtype`, the one
+        rule): ``rollout.engine.dtype`` when named; with ``auto``, the dtype of the checkpoint the
+        engine started from (``model_path``, the same folder this group's ``checkpoint`` reads)."""
+        from services.trainer.weight_buckets import checkpoint_dtype, push_dtype
+
+        return push_dtype(self.rollout.engine.dtype, checkpoint_dtype(self.checkpoint.hf_config))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights for a push, in the engine's dtype (every rank must call; rank 0 receives them).

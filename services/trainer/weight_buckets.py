@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -63,9 +64,13 @@ def pack(sizes: Sequence[int], limit: int) -> list[list[int]]:
     return out
 
 
-def push_dtype(engine_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
-    """The dtype tensors travel in: the engine's (``rollout.engine.dtype``); "auto" keeps the checkpoint's
-    own dtype, which is what vLLM's "auto" runs in (``model_dtype``: the HF config's ``torch_dtype``)."""
+def push_dtype(engine_dtype: str, model_dtype: torch.dtype | None) -> torch.dtype | None:
+    """The dtype tensors travel in, the one rule for every push: the engine's (``rollout.engine.dtype``)
+    when named; with "auto", the dtype of the checkpoint the engine started from (``model_dtype``,
+    :func:`checkpoint_dtype`; None: as stored). vLLM's "auto" runs that dtype, except that it downcasts
+    an fp32 checkpoint to its platform's choice (bf16 on GPU): fp32 then travels as fp32 and the engine
+    rounds it once as it loads, which is exact whatever the platform chose. The actor's compute dtype
+    plays no part: casting to it first would round twice into an fp16 engine."""
     if engine_dtype == "auto":
         return model_dtype
     try:
@@ -74,6 +79,18 @@ def push_dtype(engine_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
         raise ValueError(
             f"unknown engine dtype {engine_dtype!r}; use auto or one of {sorted(DTYPES)}"
         ) from None
+
+
+def checkpoint_dtype(hf_config: Any) -> torch.dtype | None:
+    """The dtype a checkpoint's ``config.json`` declares, where vLLM's "auto" reads it: the root config's
+    ``dtype`` (``torch_dtype`` before transformers 5), else its text model's; None when neither names one."""
+    for config in (hf_config, getattr(hf_config, "text_config", None)):
+        value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if isinstance(value, str):
+            value = DTYPES.get(value.removeprefix("torch."))
+        if isinstance(value, torch.dtype):
+            return value
+    return None
 
 
 def manifest(state: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> list[Entry]:

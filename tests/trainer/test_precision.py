@@ -155,3 +155,34 @@ def test_the_reference_is_stored_and_run_in_the_compute_dtype(world: World) -> N
     # the same weights before any update: equal up to the rounding of the stored bf16 copy
     gap = max(float((a - r).abs().max()) for a, r in zip(actor, reference, strict=True))
     assert 0 < gap < 0.05
+
+
+def test_one_rule_names_the_push_dtype_for_every_sender() -> None:
+    """``LocalActorGroup.push_dtype`` (full and bucketed pushes, colocated loads) is
+    ``weight_buckets.push_dtype`` of the engine's checkpoint: with ``auto`` the checkpoint's declared
+    dtype, never the actor's compute dtype (an fp16 checkpoint's engine runs fp16; bf16 first would
+    round every weight twice)."""
+    from types import SimpleNamespace
+
+    from transformers import PretrainedConfig
+
+    from services.trainer.weight_buckets import checkpoint_dtype, push_dtype
+
+    def group_dtype(engine: str, declared: str | None, compute: torch.dtype) -> torch.dtype | None:
+        group = SimpleNamespace(
+            rollout=SimpleNamespace(engine=SimpleNamespace(dtype=engine)),
+            checkpoint=SimpleNamespace(hf_config=PretrainedConfig(dtype=declared)),
+            actor=SimpleNamespace(compute_dtype=compute),
+        )
+        return LocalActorGroup.push_dtype.fget(group)
+
+    assert group_dtype("auto", "float16", torch.bfloat16) is torch.float16
+    assert group_dtype("auto", "bfloat16", torch.float32) is torch.bfloat16
+    assert group_dtype("auto", "float32", torch.bfloat16) is torch.float32  # the engine rounds once
+    assert group_dtype("auto", None, torch.bfloat16) is None  # as stored
+    assert group_dtype("bfloat16", "float32", torch.float32) is torch.bfloat16
+    assert push_dtype("auto", checkpoint_dtype(PretrainedConfig(dtype="float16"))) is torch.float16
+    # a VL config that declares its dtype on the text model only
+    nested = PretrainedConfig()
+    nested.dtype, nested.text_config = None, PretrainedConfig(dtype="bfloat16")
+    assert checkpoint_dtype(nested) is torch.bfloat16
