@@ -34,7 +34,14 @@ import torch
 
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
-from services.rollout.vllm_bridge import engine_kwargs, sleep_mode_available
+from services.rollout.engine import RolloutEngine
+from services.rollout.vllm_bridge import (
+    engine_kwargs,
+    on_cpu,
+    seedable_kwargs,
+    seeds_supported,
+    sleep_mode_available,
+)
 from services.rollout.weight_sync import check_announced, check_bucket, checkpoint_shapes
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,51 @@ def colocated_kwargs(model: str, config: RolloutConfig, world_size: int) -> dict
     kwargs = engine_kwargs(model, config)
     kwargs.update(distributed_executor_backend="external_launcher", data_parallel_size=world_size // tp)
     return kwargs
+
+
+def _device() -> torch.device:
+    return (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
+
+
+def load_from_model(
+    llm: Any,
+    checkpoint: Checkpoint,
+    model: torch.nn.Module,
+    dtype: torch.dtype | None,
+    bucket_mb: float,
+    rank: int,
+) -> int:
+    """Load the FSDP ``model``'s current weights, bucket by bucket, into the in-process engine ``llm``;
+    every rank calls it together (each bucket is gathered collectively). Names and shapes are checked
+    against the checkpoint before the first bucket. Returns how many buckets it took."""
+    from services.trainer.weight_buckets import full, group_stream, manifest
+
+    state = model.state_dict()
+    entries = manifest(state, dtype)
+    announced = [(e.name, e.shape) for e in entries]
+    check_announced(announced, checkpoint.parameter_names, checkpoint_shapes(checkpoint))
+    rpc = llm.collective_rpc
+    rpc("reelrl_begin_buckets")
+    count, offset = 0, 0
+    try:
+        stream = ((n, full(t)) for n, t in state.items())
+        for bucket in group_stream(stream, entries, bucket_mb, _device()):
+            check_bucket(bucket, announced[offset : offset + len(bucket)])
+            (loaded,) = rpc("reelrl_load_tensors", args=(bucket,))
+            if loaded != len(bucket):
+                raise RuntimeError(f"rank {rank}: engine loaded {loaded} of {len(bucket)} tensors")
+            offset += len(bucket)
+            del bucket  # the engine copied it into its own storage
+            count += 1
+    finally:
+        (missing,) = rpc("reelrl_end_buckets")
+    if missing:
+        raise RuntimeError(f"rank {rank}: {len(missing)} engine parameters not loaded (e.g. {missing[:3]})")
+    return count
 
 
 class ColocatedShard:
@@ -108,47 +160,15 @@ class ColocatedShard:
     # -- weights ------------------------------------------------------------------------------------
 
     def load_from(self, model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> int:
-        """Load the FSDP ``model``'s current weights, bucket by bucket, into this rank's engine; every
-        rank calls it together (each bucket is gathered collectively). Names and shapes are checked
-        against the checkpoint before the first bucket. Returns how many buckets it took; the engine's
-        ``weight_version`` goes up by one."""
-        from services.trainer.weight_buckets import full, group_stream, manifest
-
-        state = model.state_dict()
-        entries = manifest(state, dtype)
-        announced = [(e.name, e.shape) for e in entries]
-        check_announced(announced, self.checkpoint.parameter_names, checkpoint_shapes(self.checkpoint))
-        rpc = self.llm.collective_rpc
-        rpc("reelrl_begin_buckets")
-        count, offset = 0, 0
+        """Load the FSDP ``model``'s current weights into this rank's engine (:func:`load_from_model`);
+        the engine's ``weight_version`` goes up by one."""
         try:
-            stream = ((n, full(t)) for n, t in state.items())
-            for bucket in group_stream(stream, entries, bucket_mb, self._device()):
-                check_bucket(bucket, announced[offset : offset + len(bucket)])
-                (loaded,) = rpc("reelrl_load_tensors", args=(bucket,))
-                if loaded != len(bucket):
-                    raise RuntimeError(f"rank {self.rank}: engine loaded {loaded} of {len(bucket)} tensors")
-                offset += len(bucket)
-                del bucket  # the engine copied it into its own storage
-                count += 1
+            return load_from_model(self.llm, self.checkpoint, model, dtype, bucket_mb, self.rank)
         finally:
-            (missing,) = rpc("reelrl_end_buckets")
             self.weight_version += 1
             self.llm.llm_engine.set_weight_version(str(self.weight_version))
-        if missing:
-            raise RuntimeError(
-                f"rank {self.rank}: {len(missing)} engine parameters not loaded (e.g. {missing[:3]})"
-            )
-        self.llm.llm_engine.reset_encoder_cache()
-        self.llm.reset_prefix_cache()
-        return count
-
-    def _device(self) -> torch.device:
-        return (
-            torch.device("cuda", torch.cuda.current_device())
-            if torch.cuda.is_available()
-            else torch.device("cpu")
-        )
+            self.llm.llm_engine.reset_encoder_cache()
+            self.llm.reset_prefix_cache()
 
     # -- lifetime -----------------------------------------------------------------------------------
 
@@ -159,3 +179,76 @@ class ColocatedShard:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+
+
+class ColocatedRolloutEngine(RolloutEngine):
+    """A :class:`~services.rollout.engine.RolloutEngine` (prompts, media, groups, caches, versions) whose
+    vLLM is this rank's colocated shard: built by every rank of the world at once, inside the rank's
+    process, over its process group (``env://``)."""
+
+    def _launch(self) -> None:
+        import torch.distributed as dist
+        from vllm import LLM
+
+        if not dist.is_initialized():
+            raise RuntimeError("a colocated engine joins the actor ranks' process group: initialise it first")
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.engine_index = self.rank // self.config.engine.tensor_parallel_size
+        kwargs = seedable_kwargs(
+            colocated_kwargs(self.checkpoint.path, self.config, self.world_size), on_cpu()
+        )
+        self.seedable = seeds_supported(kwargs, on_cpu())
+        self.llm = self._start(lambda: LLM(**kwargs))
+
+    def load_from(self, model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> int:
+        """The FSDP ``model``'s weights into this rank's engine (:func:`load_from_model`, all ranks at
+        once); returns the engine's new weight version."""
+        self._check_ready("push weights")
+        try:
+            load_from_model(self.llm, self.checkpoint, model, dtype, bucket_mb, self.rank)
+        finally:
+            self.weight_version += 1
+            self.llm.llm_engine.set_weight_version(str(self.weight_version))
+        self._weights_discarded = False
+        self.reset_caches(processed_inputs=False)
+        return self.weight_version
+
+
+class ColocatedEngine:
+    """The driver's handle on one colocated engine: the Ray rank actors of one tensor-parallel group
+    (``services.trainer.ray_group.ActorWorker``), each hosting its shard. Every call goes to all ranks of
+    the group (tensor-parallel shards run the same requests) and the group's first rank answers. A push
+    takes no weights: each rank loads its own shard from its FSDP parameters (``loads_from_ranks``);
+    the fleet calls every engine's push at once, so every rank of the world gathers each bucket in step."""
+
+    accepts_refs = False
+    loads_from_ranks = True
+
+    def __init__(self, workers: Sequence[Any], bucket_mb: float) -> None:
+        self.workers, self.bucket_mb = list(workers), bucket_mb
+        self.weight_version = 0
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        import ray
+
+        return ray.get([getattr(w, method).remote(*args) for w in self.workers])
+
+    def rollout(self, samples: Sequence[Any], **kwargs: Any) -> list[Any]:
+        from services.rollout.samples import RolloutGroup
+
+        dumped = self._all("engine_rollout", [s.model_dump() for s in samples], kwargs)[0]
+        return [RolloutGroup.model_validate(g) for g in dumped]
+
+    def push_weights(self, weights: Any = None) -> float:
+        started = time.perf_counter()
+        self.weight_version = int(self._all("engine_load", self.bucket_mb)[0])
+        return time.perf_counter() - started
+
+    def sleep(self, level: int = 1) -> bool:
+        return any(self._all("engine_sleep", level))
+
+    def wake_up(self) -> bool:
+        return any(self._all("engine_wake"))
+
+    def shutdown(self) -> None:
+        self._all("engine_shutdown")

@@ -96,6 +96,12 @@ class Fleet:
         """Whether every engine takes weights as an object reference (Ray members)."""
         return all(getattr(m.engine, "accepts_refs", False) for m in self.members)
 
+    @property
+    def loads_from_ranks(self) -> bool:
+        """Whether every engine loads its weights from the actor ranks itself (colocated shards): a
+        push then carries no weights."""
+        return all(getattr(m.engine, "loads_from_ranks", False) for m in self.members)
+
     def rollout(
         self,
         samples: Sequence[RolloutSample],

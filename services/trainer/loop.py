@@ -706,6 +706,9 @@ class Trainer:
         """The actor's new weights into the engine; from Ray ranks to a Ray engine they go as rank 0's
         object reference, not through the driver; from an unsharded actor to in-process engines, in
         buckets of ``rollout.weight_bucket_mb`` (never a second full copy of the model)."""
+        if getattr(self.engine, "loads_from_ranks", False):
+            self.engine.push_weights(None)  # colocated: each rank loads its own shard from its parameters
+            return
         bucket_mb = self.config.rollout.weight_bucket_mb
         buckets = getattr(self.group, "weight_buckets", None)
         stream = None if bucket_mb is None or buckets is None else buckets(bucket_mb)

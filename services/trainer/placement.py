@@ -53,11 +53,12 @@ def check_hardware(config: TrainConfig, layout: Layout, *, cuda: bool, ray_resou
     """Refuse a layout this machine (or the Ray cluster, ``ray_resources``: its free resources) cannot
     hold. Disaggregated engines need GPUs beside the actor ranks' when the cluster has GPUs, and CPUs."""
     if layout.placement == "colocated":
-        if not cuda:
+        if not cuda and not config.trainer.use_ray:
             raise PlacementError(
                 "rollout.placement=colocated shares the actor ranks' GPUs with the engines (vLLM sleep "
                 "mode frees them for the update), and this machine has no CUDA device: set "
-                "rollout.placement=driver (engines in the trainer's process) or disaggregated"
+                "rollout.placement=driver (engines in the trainer's process) or disaggregated, or "
+                "trainer.use_ray=true (shards in the Ray ranks, sharing their memory: no sleep mode on CPU)"
             )
         return
     if layout.placement == "disaggregated":
@@ -144,10 +145,29 @@ def start_disaggregated(
 def start_colocated(
     config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
 ) -> Fleet:
-    raise PlacementError(
-        "rollout.placement=colocated is not available in this build yet (engine shards inside the "
-        "actor ranks, services/rollout/colocated.py): set rollout.placement=disaggregated (engines on "
-        "GPUs of their own, trainer.use_ray=true) or driver"
+    """One engine shard per tensor-parallel group of the Ray actor ranks, inside the ranks' own
+    processes (``services.rollout.colocated``): all ranks start theirs at once."""
+    group = parts.get("group")
+    workers = getattr(group, "workers", None)
+    if not config.trainer.use_ray or not workers:
+        raise PlacementError(
+            "rollout.placement=colocated hosts the engines inside the actor ranks, which run as Ray "
+            "actors: set trainer.use_ray=true (or rollout.placement=driver or disaggregated)"
+        )
+    import ray
+
+    from services.rollout.colocated import ColocatedEngine
+
+    indices = ray.get([w.engine_start.remote(model_path, rollout.model_dump()) for w in workers])
+    tp = layout.tensor_parallel_size
+    bucket_mb = config.rollout.weight_bucket_mb or 512.0
+    engines = [ColocatedEngine(workers[i * tp : (i + 1) * tp], bucket_mb) for i in range(layout.engines)]
+    if indices != [i // tp for i in range(len(workers))]:
+        raise PlacementError(f"colocated engines started with indices {indices}, expected one per {tp} ranks")
+    rollout_cfg = config.rollout
+    # no restart: a shard joins the world's collectives, so a lone one cannot be started again
+    return Fleet(
+        engines, max_tokens=rollout_cfg.max_tokens, n=rollout_cfg.n, timeout_s=rollout_cfg.engine_timeout_s
     )
 
 

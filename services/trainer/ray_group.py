@@ -134,9 +134,46 @@ class ActorWorker:
     def load_optimizer(self, folder: str) -> None:
         self.group.load_optimizer(Path(folder))
 
+    # -- a colocated engine shard in this rank's process (services.rollout.colocated) -----------------
+
+    def engine_start(self, model_path: str, rollout: dict[str, Any]) -> int:
+        """Start this rank's shard (every rank at once: vLLM builds its groups over the ranks' own
+        process group); returns the engine's index."""
+        import torch.distributed as dist
+
+        from services.rollout.colocated import ColocatedRolloutEngine
+
+        os.environ.setdefault("LOCAL_RANK", "0")  # Ray shows each rank only its own device
+        if not dist.is_initialized():  # one rank: the world of one the engine's executor needs
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
+        config = RolloutConfig.model_validate(rollout)
+        self.engine = ColocatedRolloutEngine(model_path, config, source=self.group.source)
+        return self.engine.engine_index
+
+    def engine_rollout(self, samples: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        groups = self.engine.rollout([RolloutSample.model_validate(s) for s in samples], **kwargs)
+        return [g.model_dump() for g in groups]
+
+    def engine_load(self, bucket_mb: float) -> int:
+        return self.engine.load_from(self.group.actor.model, self.group.push_dtype, bucket_mb)
+
+    def engine_sleep(self, level: int) -> bool:
+        return self.engine.sleep(level)
+
+    def engine_wake(self) -> bool:
+        return self.engine.wake_up()
+
+    def engine_shutdown(self) -> None:
+        """Stop the shard; vLLM's cleanup destroys the ranks' process group with its own, so nothing
+        collective can follow (the run's checkpoints are written before the engines stop)."""
+        engine, self.engine = getattr(self, "engine", None), None
+        if engine is not None:
+            engine.shutdown()
+
     def shutdown(self) -> None:
         import torch.distributed as dist
 
+        self.engine_shutdown()
         if self.group is not None:
             self.group.shutdown()
         if dist.is_initialized():

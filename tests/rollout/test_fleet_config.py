@@ -73,9 +73,9 @@ def test_hardware_that_cannot_hold_the_placement_is_refused_naming_the_way_out()
         check_hardware(cfg, layout, cuda=False, ray_resources={"CPU": 3.0})
 
 
-def test_colocated_says_what_is_missing_until_it_exists() -> None:
+def test_colocated_needs_the_ranks_on_ray() -> None:
     cfg = config(actor={"world_size": 2}, rollout={"placement": "colocated"})
-    with pytest.raises(PlacementError, match=r"set rollout.placement=disaggregated"):
+    with pytest.raises(PlacementError, match=r"set trainer.use_ray=true"):
         start_colocated(cfg, resolve(cfg, cuda=True), "m", cfg.effective_rollout())
 
 
