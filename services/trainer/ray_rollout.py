@@ -1,5 +1,6 @@
-"""The rollout engine as a Ray actor in its own placement group (``trainer.use_ray`` with
-``trainer.rollout_on_ray``), driven by the loop exactly like an in-process :class:`RolloutEngine`.
+"""A rollout engine as a Ray actor in its own placement group: one member of a ``disaggregated`` fleet
+(``rollout.placement``; ``services.rollout.fleet``), driven exactly like an in-process
+:class:`RolloutEngine`.
 
 Only sample dicts (frame-store keys, image paths) go in and response groups come out; the frame source
 (store, realtime decoder, still images) travels as paths and is read inside the actor. New weights
@@ -55,8 +56,9 @@ class RayRolloutEngine:
             # the actor ranks hold a whole GPU each: an engine of its own needs GPUs beside theirs
             raise RuntimeError(
                 f"the rollout engine needs {gpus:g} GPU(s) beside the actor ranks' and the cluster has "
-                f"{free:g} free: set trainer.rollout_on_ray=false (vLLM in the driver, sharing a GPU "
-                "with rank 0 at rollout.engine.gpu_memory_utilization), or lower actor.world_size"
+                f"{free:g} free: set rollout.placement=colocated (engines on the actor ranks' GPUs) or "
+                "driver (trainer.rollout_on_ray=false: vLLM in the driver, sharing a GPU with rank 0 at "
+                "rollout.engine.gpu_memory_utilization), or lower actor.world_size"
             )
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         self.placement_group = placement_group([bundle], strategy="PACK")

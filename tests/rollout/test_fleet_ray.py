@@ -1,0 +1,160 @@
+"""Two disaggregated engines (Ray actors, 1 CPU each, TP 1) behind one fleet on a local Ray: the
+samples are split between them with the tokens one engine would sample; after a push both engines'
+log-probs are the new weights' (so the changed weights reached both); an engine killed mid-generation
+leaves the step complete with rollout/engine_failures at 1, and its replacement gets the current
+weights before any work; shutdown leaves none of the processes the test started."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+import torch
+
+from services.reward.config import RewardConfig
+from services.rollout.fleet import Fleet
+from services.rollout.seeds import SeedKey
+from tests.rollout.conftest import small_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+FAMILY = "qwen2_5_vl"
+TOLERANCE = 1e-5
+
+
+def descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def ray_fleet(tiny_models, clips):
+    import ray
+
+    from services.trainer.ray_rollout import RayRolloutEngine
+
+    before = descendants()
+    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    # 4 logical CPUs: two engine bundles of 1 CPU and room for a replacement (2 cores in fact)
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=str(temp))
+    config = small_config()
+
+    def start(index: int) -> RayRolloutEngine:
+        return RayRolloutEngine(
+            str(tiny_models[FAMILY]), config, source=clips.store, reward=RewardConfig(), cpus=1.0
+        )
+
+    fleet = None
+    try:
+        fleet = Fleet(
+            [start(0), start(1)], max_tokens=config.max_tokens, n=config.n, timeout_s=600, restart=start
+        )
+        local = SimpleNamespace(checkpoint=None, source=clips.store, config=config)
+        from services.rollout.checkpoint import Checkpoint
+
+        local.checkpoint = Checkpoint.load(tiny_models[FAMILY])
+        yield SimpleNamespace(fleet=fleet, local=local, before=before, ray=ray, temp=temp)
+    finally:
+        if fleet is not None:
+            fleet.shutdown()
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def gap(expected: torch.Tensor, got: list[float]) -> float:
+    return (expected - torch.tensor(got)).abs().max().item()
+
+
+def some_samples(video_sample, count: int, prefix: str):
+    clips = ["wide", "tall_in_time"]
+    return [video_sample(FAMILY, clips[i % 2], f"{prefix}-{i}") for i in range(count)]
+
+
+def test_samples_are_split_between_the_engines_with_one_engine_s_tokens(ray_fleet, video_sample) -> None:
+    fleet = ray_fleet.fleet
+    samples = some_samples(video_sample, 4, "split")
+    groups = fleet.rollout(samples, key=SeedKey(1), prompt_tokens=[10] * 4)
+    assert [g.sample_id for g in groups] == [s.id for s in samples]
+    assert sorted(fleet.last_engines) == [0, 0, 1, 1]
+    alone = Fleet([fleet.members[0].engine], max_tokens=fleet.max_tokens, n=fleet.n)
+    same = alone.rollout(samples, key=SeedKey(1))
+    assert [[r.token_ids for r in g.responses] for g in same] == [
+        [r.token_ids for r in g.responses] for g in groups
+    ]
+
+
+def test_after_a_push_both_engines_sample_from_the_new_weights(
+    ray_fleet, video_sample, tiny_models, hf_model, hf_logprobs
+) -> None:
+    fleet, local = ray_fleet.fleet, ray_fleet.local
+    old = hf_model(tiny_models[FAMILY])
+    new = copy.deepcopy(old)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    sample = video_sample(FAMILY, "wide", "pushed")
+    version = fleet.weight_version
+    fleet.push_weights(ray_fleet.ray.put(new.state_dict()))
+    assert fleet.weight_version == version + 1
+    for member in fleet.members:
+        (group,) = member.engine.rollout([sample], key=SeedKey(2))
+        for response in group.responses:
+            assert gap(hf_logprobs(local, new, sample, response.token_ids), response.logprobs) < TOLERANCE
+            assert gap(hf_logprobs(local, old, sample, response.token_ids), response.logprobs) > 1e-3
+    groups = fleet.rollout([sample, video_sample(FAMILY, "tall_in_time", "pushed-2")], key=SeedKey(2))
+    assert sorted(fleet.last_engines) == [0, 1]
+    assert {r.weight_version for g in groups for r in g.responses} == {version + 1}
+
+
+def test_an_engine_killed_mid_generation_leaves_the_step_complete(ray_fleet, video_sample) -> None:
+    fleet, ray = ray_fleet.fleet, ray_fleet.ray
+    fleet.pop_metrics()
+    samples = some_samples(video_sample, 4, "killed")
+    victim = fleet.members[1].engine
+    result: dict = {}
+
+    def step() -> None:
+        result["groups"] = fleet.rollout(
+            samples, key=SeedKey(3), prompt_tokens=[10] * 4, max_tokens=600, ignore_eos=True
+        )
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    time.sleep(3.0)
+    assert worker.is_alive(), "generation ended before the engine was killed: make it longer"
+    ray.kill(victim.worker)
+    worker.join(600)
+    assert [g.sample_id for g in result["groups"]] == [s.id for s in samples]
+    assert all(len(r.token_ids) == 600 for g in result["groups"] for r in g.responses)
+    assert fleet.pop_metrics() == {"rollout/engine_failures": 1.0}
+    assert set(fleet.last_engines) == {0}
+
+    # the replacement starts in the background; it takes the current weights before any work
+    fleet.members[1].restart.result(600)
+    groups = fleet.rollout(samples, key=SeedKey(4), prompt_tokens=[10] * 4)
+    replacement = fleet.members[1].engine
+    assert replacement is not victim and fleet.members[1].alive
+    assert replacement.weight_version == (1 if fleet.weight_version else 0)
+    assert sorted(fleet.last_engines) == [0, 0, 1, 1]
+    assert {r.weight_version for g in groups for r in g.responses} == {fleet.weight_version}
+
+
+def test_shutdown_stops_every_engine_and_ray(ray_fleet) -> None:
+    ray_fleet.fleet.shutdown()
+    ray_fleet.ray.shutdown()
+    deadline = time.monotonic() + 60
+    while (left := descendants() - ray_fleet.before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    names = []
+    for pid in left:
+        try:
+            names.append(" ".join(psutil.Process(pid).cmdline())[:120])
+        except psutil.Error:
+            continue
+    assert not names, names
