@@ -84,6 +84,7 @@ class Fleet:
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(engines)), thread_name_prefix="fleet")
         self._lock = threading.Lock()
         self._closed = False
+        self.last_engines: list[int] = []
 
     # ------------------------------------------------------------------ the engine interface ----------
 
@@ -123,6 +124,8 @@ class Fleet:
         max_tokens = overrides.get("max_tokens", self.max_tokens)
         costs = [routing.group_cost(p, responses, max_tokens) for p in lengths]
         out: list[RolloutGroup | None] = [None] * len(samples)
+        #: the engine that generated each group of the last call (re-sent groups: the one that answered)
+        self.last_engines = [-1] * len(samples)
         pending = list(range(len(samples)))
         while pending:
             live = self._serving()
@@ -150,7 +153,7 @@ class Fleet:
                     retry += ids
                     continue
                 for i, group in zip(ids, self._fleet_versions(member, groups), strict=True):
-                    out[i] = group
+                    out[i], self.last_engines[i] = group, member.index
             pending = sorted(retry)
         return [g for g in out if g is not None]
 
