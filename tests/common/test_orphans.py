@@ -89,3 +89,24 @@ def test_what_an_owner_started_dies_with_it_on_sigkill():
     finally:
         _kill_all([owner.pid, *started])
         owner.wait()
+
+
+def test_a_starting_worker_sweeps_orphans():
+    from celery.signals import worker_ready
+
+    # the train and eval workers import these; each connects the sweep to worker_ready
+    import services.eval.tasks
+    import services.trainer.tasks  # noqa: F401
+
+    dead = subprocess.Popen(SLEEPER)
+    dead_marker = marker_of(dead.pid)
+    dead.kill()
+    dead.wait()
+    orphan = subprocess.Popen(SLEEPER, env={**os.environ, MARKER: dead_marker})
+    try:
+        time.sleep(0.3)
+        worker_ready.send(sender=None)  # what Celery sends once the worker is up
+        assert orphan.wait(timeout=10) is not None
+    finally:
+        _kill_all([orphan.pid])
+        orphan.wait()
