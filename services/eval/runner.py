@@ -16,7 +16,7 @@ from typing import Any
 from services.common.frames import FrameStore
 from services.common.samples import Sample
 from services.common.settings import get_settings
-from services.common.trackers import log_eval_summaries, require
+from services.common.trackers import TrackerNotInstalled, log_eval_summaries, require
 from services.eval.benchmarks import Benchmark, ItemResult, Summary, get_benchmark
 from services.eval.clips import ClipPlanner, PlannedSample, clip_params, preprocess_missing
 from services.eval.config import EvalConfig, model_fingerprint
@@ -281,7 +281,7 @@ def run_command(
 
     try:
         report = run_eval(config, Hooks(on_result=progress))
-    except (RunMismatch, ValueError, OSError) as exc:
+    except (RunMismatch, TrackerNotInstalled, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
     for summary in report.summaries.values():

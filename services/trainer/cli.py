@@ -27,6 +27,13 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
     if print_config:
         sys.stdout.write(dump_config(cfg))
         return 0
+    from services.common.trackers import TrackerNotInstalled, require
+
+    try:
+        require(cfg.trainer.loggers)  # a missing extra is a config error, before anything loads
+    except TrackerNotInstalled as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return 2
     # vLLM's per-request INFO lines would bury the progress bar; an exported level still wins.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: the loop's cleanup stops vLLM's processes,

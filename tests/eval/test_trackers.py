@@ -123,3 +123,17 @@ def test_an_eval_selecting_a_tracker_that_is_not_installed_fails_at_start_naming
     assert done.returncode != 0
     assert "TrackerNotInstalled: eval.loggers includes mlflow" in done.stderr
     assert "pip install 'reelrl[mlflow]'" in done.stderr
+
+
+def test_eval_run_command_names_the_missing_extra_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['wandb'] = None; from services.cli import app; "
+        "sys.argv = ['reelrl', *sys.argv[1:]]; app()"
+    )
+    args = ["eval", "run", "--model", str(tmp_path), "--benchmarks", "mvbench", "--data-root", str(tmp_path),
+            "--output", str(tmp_path / "run"), "loggers=[wandb]"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert "eval.loggers includes wandb" in line and "pip install 'reelrl[wandb]'" in line
