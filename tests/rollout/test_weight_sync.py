@@ -192,7 +192,7 @@ def test_bucketed_push_into_a_running_engine_matches_the_new_weights(
     old = hf_model(tiny_models[family])
     new = perturbed(old, seed=2)
     sample = video_sample(family, "tall_in_time", f"bucket-push-{family}")
-    announced = [(e.name, e.shape) for e in manifest(new, torch.float32)]
+    announced = [(e.name, e.shape) for e in manifest(new.state_dict(), torch.float32)]
     start = engine.weight_version
     wrong = [(n, (s[0] + 1, *s[1:]) if i == 0 else s) for i, (n, s) in enumerate(announced)]
     with pytest.raises(ValueError, match="wrong shape"):
