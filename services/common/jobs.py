@@ -83,7 +83,7 @@ class JobSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which a job is failed")
     # Progress reports closer together than this are merged (the latest wins).
     progress_interval_s: float = Field(0.5, ge=0)
-    # Size bounds of a submitted job (services.trainer.job_bounds), checked at submission.
+    # Size bounds of a submitted job (services.common.job_bounds), checked at submission.
     max_files: int = Field(256, gt=0, description="files one list of a job's config may name")
     max_samples: int = Field(1_000_000, gt=0, description="samples all of a job's dataset files may hold")
 

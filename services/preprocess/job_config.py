@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from services.common.data_roots import inside_roots, job_roots
 from services.common.frames import VideoParams
+from services.common.job_bounds import check_samples
+from services.common.jobs import JobSettings
 from services.preprocess.dataset import InputError, resolve_video
 
 
@@ -32,9 +34,11 @@ class PreprocessJobConfig(BaseModel):
     def _dataset_inside_roots(cls, value: Path) -> Path:
         roots = job_roots()
         try:
-            return resolve_video(str(value), roots[0], roots, frame_folders=False)
+            path = resolve_video(str(value), roots[0], roots, frame_folders=False)
         except (InputError, OSError) as exc:
             raise ValueError(str(exc)) from None
+        check_samples([("dataset", path)], JobSettings())
+        return path
 
     @field_validator("out")
     @classmethod

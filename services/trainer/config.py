@@ -335,8 +335,8 @@ class TrainJobConfig(TrainConfig):
         self.trainer.output_dir = inside(self.trainer.output_dir, "trainer.output_dir")
         if self.trainer.resume not in ("auto", "none"):
             self.trainer.resume = inside(self.trainer.resume, "trainer.resume")
+        from services.common.job_bounds import check_train_job_bounds
         from services.common.jobs import JobSettings
-        from services.trainer.job_bounds import check_train_job_bounds
 
         # on the resolved paths: one file named two ways is listed twice
         check_train_job_bounds(self, JobSettings())

@@ -1,4 +1,4 @@
-"""Size bounds of a train job at submission (services.trainer.job_bounds): 422 naming the field and
+"""Size bounds of a train job at submission (services.common.job_bounds): 422 naming the field and
 the bound, and nothing created."""
 
 import json
@@ -70,3 +70,16 @@ def test_bounds_are_configurable_and_named(make_client, data_root, monkeypatch, 
     assert message in detail, detail
     # within the bounds the same files are accepted
     assert client.post("/v1/jobs", json=_body(data_root, names[:2])).status_code == 202
+
+
+def test_a_preprocess_dataset_is_bounded_too(make_client, data_root, monkeypatch):
+    monkeypatch.setenv("REELRL_JOB_MAX_SAMPLES", "3")
+    client = make_client()
+    body = {
+        "kind": "preprocess",
+        "config": {"dataset": _rows(data_root / "big.jsonl", 4), "out": "out.jsonl"},
+    }
+    detail = _refused(client, body)
+    assert "dataset: the dataset files hold more than 3 samples" in detail, detail
+    body["config"]["dataset"] = _rows(data_root / "small.jsonl", 3)
+    assert client.post("/v1/jobs", json=body).status_code == 202

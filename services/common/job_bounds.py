@@ -1,5 +1,5 @@
-"""Size bounds of a train job, checked at submission: a config the API accepts is one whose setup a
-worker can finish (a config listing one dataset 30,000 times was accepted, and its worker went on to
+"""Size bounds of a job, checked at submission: a config the API accepts is one whose setup a worker
+can finish (a train config listing one dataset 30,000 times was accepted, and its worker went on to
 prepare 1.9 million samples at 9 GB).
 
 - Each file list (``data.train_files``, ``data.val_files``, ``warmup.files``) holds at most
@@ -8,13 +8,14 @@ prepare 1.9 million samples at 9 GB).
   path repeated by a template is a mistake its author wants to see. To weigh a file's samples more,
   repeat them inside the file.
 - All the files together hold at most ``REELRL_JOB_MAX_SAMPLES`` samples (rows), counted without
-  parsing them (lines of JSONL, Parquet's row count).
+  parsing them (lines of JSONL, Parquet's row count); a preprocess job's one dataset too.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,19 @@ def count_rows(path: Path, limit: int) -> int:
         return 0
 
 
+def check_samples(files: Iterable[tuple[str, str | Path]], settings: JobSettings) -> None:
+    """Raise ValueError when the ``(config key, file)`` pairs hold more samples than the job's bound,
+    naming the key of the file that passes it."""
+    total = 0
+    for key, file in files:
+        total += count_rows(Path(file), settings.max_samples - total)
+        if total > settings.max_samples:
+            raise ValueError(
+                f"{key}: the dataset files hold more than {settings.max_samples} samples, the limit "
+                "of one job (REELRL_JOB_MAX_SAMPLES)"
+            )
+
+
 def check_train_job_bounds(config: TrainConfig, settings: JobSettings) -> None:
     """Raise ValueError naming the field and the bound a submitted train config exceeds."""
     lists = {
@@ -67,12 +81,4 @@ def check_train_job_bounds(config: TrainConfig, settings: JobSettings) -> None:
                 f"{key} lists {len(files)} files; at most {settings.max_files} are allowed "
                 "(REELRL_JOB_MAX_FILES)"
             )
-    total = 0
-    for key, files in lists.items():
-        for file in files:
-            total += count_rows(Path(file), settings.max_samples - total)
-            if total > settings.max_samples:
-                raise ValueError(
-                    f"{key}: the dataset files hold more than {settings.max_samples} samples, the limit "
-                    "of one job (REELRL_JOB_MAX_SAMPLES)"
-                )
+    check_samples(((key, file) for key, files in lists.items() for file in files), settings)
