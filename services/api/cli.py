@@ -1,7 +1,7 @@
 """Console front-ends of ``reelrl serve api``, ``submit``, ``status`` and ``token``.
 
 Everything printed that comes from a job, a token, a file or the API goes through
-:func:`services.api.text.plain` (Rich markup escaped, bidi controls visible): a job named ``[/x]``
+:func:`services.common.text.plain` (Rich markup escaped, bidi controls visible): a job named ``[/x]``
 must not crash ``reelrl status`` for everyone.
 """
 
@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from services.api.client import ApiClient, ApiError, format_detail
-from services.api.text import plain
+from services.common.text import plain
 
 console = Console(stderr=True)
 out = Console()

@@ -25,10 +25,10 @@ from services.api.charts import panels_json
 from services.api.eval_tables import eval_tables
 from services.api.kinds import JobKind
 from services.api.service import RESULT_EVENT, cache_stats, checked_job_id, results
-from services.api.text import visible
 from services.api.tokens import Scope, authenticate
 from services.common.db.models import JobState
 from services.common.jobs import METRICS_EVENT, JobInfo, get_job, list_jobs, recent_events
+from services.common.text import visible
 
 _HERE = Path(__file__).parent
 router = APIRouter(include_in_schema=False)

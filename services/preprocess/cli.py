@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from services.common.frames import VideoParams
+from services.common.text import plain
 
 if TYPE_CHECKING:
     from services.preprocess.dispatch import PreprocessReport
@@ -45,7 +45,7 @@ class ExitCode(enum.IntEnum):
 def _invalid(exc: ValidationError, what: str) -> None:
     for err in exc.errors():
         field = ".".join(map(str, err["loc"])) or what
-        console.print(f"[red]invalid {escape(field)}[/red]: {escape(err['msg'])}")
+        console.print(f"[red]invalid {plain(field)}[/red]: {plain(err['msg'])}")
 
 
 def preprocess_command(
@@ -85,15 +85,15 @@ def preprocess_command(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )  # fmt: skip
     except (TimeoutError, WorkerPoolDied) as exc:
-        console.print(f"[red]preprocess did not finish[/red]: {escape(str(exc))}")
+        console.print(f"[red]preprocess did not finish[/red]: {plain(str(exc))}")
         console.print("nothing was written; clips finished so far are kept and reused by the next run")
         return ExitCode.unfinished
-    console.print(escape(summary_line(report)))
-    console.print(f"wrote {escape(str(report.out))}")
+    console.print(plain(summary_line(report)))
+    console.print(f"wrote {plain(str(report.out))}")
     if report.failed:
-        console.print(f"[yellow]failures in {escape(str(report.failed_out))}[/yellow]")
+        console.print(f"[yellow]failures in {plain(str(report.failed_out))}[/yellow]")
         for line in report.errors[:SHOWN_FAILURES]:
-            console.print(f"  [yellow]{escape(line)}[/yellow]")
+            console.print(f"  [yellow]{plain(line)}[/yellow]")
         if len(report.errors) > SHOWN_FAILURES:
             console.print(f"  [yellow]and {len(report.errors) - SHOWN_FAILURES} more[/yellow]")
         return ExitCode.rows_failed
@@ -122,7 +122,7 @@ def stats_command() -> None:
     with session_scope() as session:
         stats = cache_stats(session)
     store = FrameStore.from_settings()
-    table = Table(title=f"frame store {escape(str(store.root))}")
+    table = Table(title=f"frame store {plain(str(store.root))}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("video assets", str(stats.assets))
@@ -136,7 +136,7 @@ def stats_command() -> None:
     out = Console()
     out.print(table)
     for key, error in stats.recent_failures:
-        out.print(f"[red]failed[/red] {key[:12]}: {escape(error)}")
+        out.print(f"[red]failed[/red] {key[:12]}: {plain(error)}")
 
 
 def verify_command(repair: bool) -> int:
@@ -150,11 +150,11 @@ def verify_command(repair: bool) -> int:
         report = verify_store(session, store, repair=repair)
     out = Console(soft_wrap=True)
     out.print(
-        f"frame store {escape(str(store.root))}: {report.ready} ready clips in the index, "
+        f"frame store {plain(str(store.root))}: {report.ready} ready clips in the index, "
         f"{report.entries} entries on disk"
     )
     for key, problem in sorted(report.missing.items()):
-        out.print(f"[red]missing[/red] {key}: ready in the index, {escape(problem)}")
+        out.print(f"[red]missing[/red] {key}: ready in the index, {plain(problem)}")
     for key in sorted(report.unrecorded):
         out.print(f"[yellow]unrecorded[/yellow] {key}: complete on disk, not ready in the index")
     for key in sorted(report.orphans):

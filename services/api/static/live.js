@@ -21,7 +21,7 @@ export function setProgress(bar, text, progress, message, state) {
 }
 
 // Bidi controls (U+202A-E, U+2066-9, the marks) in a job's text would reverse what surrounds them:
-// shown as their code points, as the server-rendered page does (services/api/text.py).
+// shown as their code points, as the server-rendered page does (services/common/text.py).
 const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
 
 export function visible(text) {
