@@ -37,8 +37,9 @@ class VideoMME(Benchmark):
     templates = fixed({"prompt": _INSTRUCTION})
     official_readers = fixed({"multiple choice": "videomme"})
     official_source = (
-        "BradyFU/Video-MME · evaluation/eval_your_results.py · extract_characters_regex + eval_your_results "
-        "(accuracy over the questions with a readable answer, per duration / category / task type)"
+        "thanku-all/parse_answer · eval_your_results.py · extract_characters_regex + eval_your_results (the "
+        "script BradyFU/Video-MME's README links; accuracy over the questions with a readable answer, per "
+        "duration / category / task type)"
     )
     official_denominator = "readable"
     breakdowns = fixed(

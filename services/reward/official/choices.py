@@ -7,15 +7,26 @@ import re
 from services.reward.official.registry import Read, official_reader
 from services.reward.sample import RewardSample
 
-# Video-MME's list as released: two pairs of entries lack a comma between them, so Python joins them
-# into one string ("The best option isThe correct option is") and neither phrase is ever removed alone.
-VIDEOMME_PREFIXES = (
+# Video-MME's first list (BradyFU/Video-MME evaluation/eval_your_results.py, removed from that repo in
+# 49a2e67; lmms-eval's VideoMathQA task keeps it): two pairs of entries lack a comma between them, so
+# Python joins them into one string ("The best option isThe correct option is") and neither phrase is
+# ever removed alone.
+VIDEOMME_V1_PREFIXES = (
     "The best answer is",
     "The correct answer is",
     "The answer is",
     "The answer",
     "The best option isThe correct option is",
     "Best answer:Best option:",
+)
+# The script Video-MME's README links now (thanku-all/parse_answer eval_your_results.py): the same list,
+# joined pairs included, with four more phrases, so "Answer: B" no longer reads the "A" of "Answer".
+VIDEOMME_PREFIXES = (
+    *VIDEOMME_V1_PREFIXES,
+    "Answer:",
+    "Option:",
+    "The correct answer",
+    "The correct option",
 )
 # lmms-eval's LongVideoBench copy of that list, with the commas.
 LMMS_PREFIXES = (
@@ -44,7 +55,8 @@ def first_capital(response: str, prefixes: tuple[str, ...], letters: str) -> str
 @official_reader(
     "videomme",
     rule="remove the answer phrases, then the first capital A–D anywhere; none → unanswered",
-    source="BradyFU/Video-MME · evaluation/eval_your_results.py · extract_characters_regex",
+    source="thanku-all/parse_answer · eval_your_results.py · extract_characters_regex (the script "
+    "BradyFU/Video-MME's README links)",
 )
 def videomme(response: str, prefix: str, sample: RewardSample) -> Read:
     return Read(first_capital(response, VIDEOMME_PREFIXES, "ABCD"))
@@ -56,7 +68,7 @@ def videomme(response: str, prefix: str, sample: RewardSample) -> Read:
     source="EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/videomathqa/utils.py · extract_characters_regex",
 )
 def videomathqa(response: str, prefix: str, sample: RewardSample) -> Read:
-    return Read(first_capital(response, VIDEOMME_PREFIXES, "ABCDE"))
+    return Read(first_capital(response, VIDEOMME_V1_PREFIXES, "ABCDE"))
 
 
 @official_reader(

@@ -29,9 +29,10 @@ def official_right(out) -> int:
 
 
 def test_videomme(tmp_path, evaluate):
-    # BradyFU/Video-MME evaluation/eval_your_results.py: extract_characters_regex, accuracy over the
-    # questions with a readable answer. Right: B, (B), B. blue, The answer is B, **B**, B or C,
-    # B) blue, I think it is B., Based on… ("B" of "Based"), " B" = 10; unreadable: blue, b, "", (b) = 4
+    # thanku-all/parse_answer eval_your_results.py (the script BradyFU/Video-MME's README links):
+    # extract_characters_regex, accuracy over the questions with a readable answer. Right: B, (B),
+    # B. blue, The answer is B, **B**, B or C, Answer: B ("Answer:" is removed), B) blue,
+    # I think it is B., Based on… ("B" of "Based"), " B" = 11; unreadable: blue, b, "", (b) = 4
     rows = [
         {"video_id": f"{i:03d}", "duration": "short" if i < 9 else "long", "domain": "Knowledge",
          "sub_category": "Astronomy", "url": "", "videoID": f"vid{i:08d}", "question_id": f"{i:03d}-1",
@@ -41,8 +42,8 @@ def test_videomme(tmp_path, evaluate):
     write_parquet(tmp_path / "videomme" / "test-00000-of-00001.parquet", rows)
     responses = {f"{i:03d}-1": r for i, r in enumerate(RESPONSES)}
     out = evaluate("videomme", tmp_path, responses)
-    assert official_right(out) == 10 and out.summary.unreadable == 4
-    assert out.summary.overall == pytest.approx(100 * 10 / 13)
+    assert official_right(out) == 11 and out.summary.unreadable == 4
+    assert out.summary.overall == pytest.approx(100 * 11 / 13)
     # short = items 0-8: right 0,1,2,3,6,7 of answered 0,1,2,3,6,7 (4, 5, 8 unreadable) → 100
     assert out.cell("duration", "short") == pytest.approx(100.0)
     # robust: all but "B or C" (a hedge), "" and "C" → 14 of 17, over every question
@@ -183,8 +184,9 @@ def test_longvideobench(tmp_path, evaluate):
 
 
 def test_videomathqa(tmp_path, evaluate):
-    # lmms-eval lmms_eval/tasks/videomathqa/utils.py extract_characters_regex (Video-MME's, A-E): the
-    # same 10 right as Video-MME, but every question counts (videomathqa_mcq_aggregate_results)
+    # lmms-eval lmms_eval/tasks/videomathqa/utils.py extract_characters_regex (Video-MME's first list,
+    # A-E): B, (B), B. blue, The answer is B, **B**, B or C, B) blue, I think it is B., Based…, " B" = 10
+    # ("Answer: B" reads the "A" of "Answer"); every question counts (videomathqa_mcq_aggregate_results)
     rows = [{"videoID": f"v{i}", "question_id": i, "category": "Counting", "question": "Which colour?",
              "options": [*LETTERED, "E. pink"], "answer": "B", "steps": "[]", "length": "short"}
             for i in range(N)]  # fmt: skip

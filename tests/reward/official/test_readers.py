@@ -21,8 +21,9 @@ RESPONSES = [
     "B", "(B)", "B. blue", "The answer is B", "blue", "b", "**B**", "B or C", "", THINK,
     "Answer: B", "B) blue", "I think it is B.", "C", "Based on the video, B.", " B", "(b)",
 ]  # fmt: skip
-# Video-MME extract_characters_regex: answer phrases removed (case-sensitive), first capital A-D anywhere
-VIDEOMME = ["B", "B", "B", "B", None, None, "B", "B", None, "A", "A", "B", "B", "C", "B", "B", None]
+# Video-MME extract_characters_regex (thanku-all/parse_answer, the script its README links): answer
+# phrases removed (case-sensitive; "Answer:" among them), then the first capital A-D anywhere
+VIDEOMME = ["B", "B", "B", "B", None, None, "B", "B", None, "A", "B", "B", "B", "C", "B", "B", None]
 # MVBench infer_mvbench + check_ans: "(" + first line, first space word lowercased, "(x" or "(x)…"
 MVBENCH = ["B", "B", "B", None, None, "B", None, "B", None, None, None, "B", "I", "C", None, "B", "B"]
 # MLVU check_ans: the character before the first ")", else the whole answer; compared case-sensitively
@@ -104,6 +105,10 @@ def test_videomme_variant_letters_and_concatenated_phrases():
     assert score_official("videomme", five, "E").readable is False
     # "Best option: C": the released list never removes "Best option:" alone, so its "B" is read
     assert score_official("videomme", MC, "Best option: C").extracted == "B"
+    # the list Video-MME's README links removes "Answer:"; lmms-eval's VideoMathQA copy does not
+    assert score_official("videomme", MC, "Answer: B").extracted == "B"
+    assert score_official("videomathqa", MC, "Answer: B").extracted == "A"
+    assert score_official("videomme", MC, "The correct option: C").extracted == "C"
 
 
 # OVO-Bench get_score: right when the truth's letter occurs anywhere (even "B" of "Based")
