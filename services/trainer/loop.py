@@ -626,6 +626,7 @@ class Trainer:
             # start) loads them from here, named by every checkpoint
             folder = self.output_dir / ckpt.REFERENCE_DIR
             self.group.save_model(folder)
+            ckpt.fsync_tree(folder)  # on disk before a checkpoint's state.json names it
             self.reference_path = str(folder)
         self._push_weights()
 
@@ -650,6 +651,11 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(folder)
+        # KL's anchor: the warm-started weights, else actor.model_path, recorded so that a resume with
+        # another actor.model_path still anchors where this run did (null: no reference model)
+        anchor = self.reference_path or (
+            self.config.actor.model_path if self.config.algorithm.needs_reference_model else None
+        )
         ckpt.write_state(
             folder,
             {
@@ -657,8 +663,8 @@ class Trainer:
                 "loader": self.loader.state_dict(),
                 "rng": ckpt.rng_state(),
                 "kl_coef": self.kl_controller.coef,
-                # null: actor.model_path (ckpt.reference_source reads it back on resume)
-                "reference": self.reference_path and ckpt.reference_entry(folder, self.reference_path),
+                # ckpt.reference_source reads it back on resume
+                "reference": anchor and ckpt.reference_entry(folder, anchor),
                 "run": self._run_identity(),
                 # Not part of the identity (another run may resume from it on purpose): tells a job's
                 # retry whether the folder's newest checkpoint is its own.

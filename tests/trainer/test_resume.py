@@ -78,16 +78,23 @@ def trainer_for(config: TrainConfig, group: LocalActorGroup, world: World) -> Tr
 STEP1, STEP2 = [[5, 9], [7, 3]], [[6, 4], [8, 5]]
 
 
-def test_a_resumed_run_keeps_the_warm_started_reference(tmp_path: Path) -> None:
+def test_a_resumed_run_keeps_the_warm_started_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     world = build_world(tmp_path / "world", samples=3)
     config = kl_config(world, tmp_path / "run")
     rollout = config.effective_rollout()
+    synced: list[Path] = []
+    flush = ckpt.fsync_tree
+    monkeypatch.setattr(ckpt, "fsync_tree", lambda folder: (synced.append(Path(folder)), flush(folder)))
 
     # uninterrupted: warm start, step 1, checkpoint, step 2
     group = LocalActorGroup(config, str(world.model), world.store, rollout)
     try:
         trainer = trainer_for(config, group, world)
         trainer.warm_start()
+        # flushed before any checkpoint's state.json names it (a crash must not leave it half-written)
+        assert synced == [tmp_path / "run" / ckpt.REFERENCE_DIR]
         first = rl_step(group, config, world, STEP1)
         folder = trainer.save(1)
         second = rl_step(group, config, world, STEP2)
@@ -136,3 +143,19 @@ def test_the_reference_is_recorded_relative_to_the_checkpoint(tmp_path: Path) ->
     assert ckpt.reference_entry(folder, tmp_path / "models" / "m") == str(
         (tmp_path / "models" / "m").resolve()
     )
+
+
+def test_without_a_warm_start_the_checkpoint_records_actor_model_path_as_the_anchor(tmp_path: Path) -> None:
+    """A resume with another ``actor.model_path`` (the actor loads the checkpoint's weights either way)
+    must not move KL's anchor: the checkpoint names the model this run's reference came from."""
+    world = build_world(tmp_path / "world", samples=1)
+    config = kl_config(world, tmp_path / "run").model_copy(deep=True)
+    config.warmup.steps = 0
+    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
+    try:
+        folder = trainer_for(config, group, world).save(1)
+    finally:
+        group.shutdown()
+    state = ckpt.read_state(folder)
+    assert state["reference"] == str(world.model.resolve())
+    assert ckpt.reference_source(folder, state, warm_started=False) == str(world.model.resolve())

@@ -1,0 +1,103 @@
+"""The real loop resumes a warm-started KL run with its warm-started reference: ``Trainer.setup`` reads
+the checkpoint's ``reference`` record and builds the KL anchor from it, so step 2 of a run resumed at
+step 1 (in another output folder, so the record's relative path is followed) samples the same tokens
+and logs the same ``actor/kl_ref`` and losses as the uninterrupted run (vLLM on CPU, fp32). Before the
+record, the resumed anchor was ``actor.model_path``, the un-warmed model (issue 17)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from services.common.synthetic_tasks import make_task_datasets
+from services.common.tiny_models import build_tiny_model
+from services.trainer import checkpoints as ckpt
+from services.trainer.config import load_config
+from services.trainer.loop import Trainer
+from services.trainer.tracking import read_metrics
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RecordingTrainer(Trainer):
+    """Keeps every step's sampled token ids (in sample, response order)."""
+
+    tokens: dict[int, list[list[int]]]
+
+    def generate(self, step: int):
+        samples, groups, metrics = super().generate(step)
+        self.tokens[step] = [r.token_ids for g in groups for r in g.responses if not r.offline]
+        return samples, groups, metrics
+
+
+def train(out: Path, data: dict[str, Path], model: Path, **extra: object) -> RecordingTrainer:
+    values = {
+        "data.train_files": f"[{data['colour_mix']}]",
+        "data.val_files": "[]",
+        "data.batch_size": 2,
+        "rollout.n": 2,  # one sampled response and the offline answer (tiny_cpu's mix_policy): the
+        # rewards differ within each group, so step 1 moves the actor away from the anchor
+        "actor.model_path": str(model),
+        "algorithm.kl.mode": "loss",
+        "algorithm.kl.coef": 0.1,
+        # a warm start that moves the weights far: an un-warmed anchor would be far from the actor
+        "warmup.files": f"[{data['colour_mix']}]",
+        "warmup.steps": 2,
+        "warmup.lr": 1.0e-2,
+        "warmup.batch_size": 2,
+        "trainer.output_dir": str(out),
+        "trainer.total_steps": 2,
+        "trainer.save_freq": 1,
+        "trainer.val_before_train": "false",
+        "trainer.loggers": "[jsonl]",
+        **extra,
+    }
+    config = load_config(ROOT / "examples" / "tiny_cpu.yaml", [f"{k}={v}" for k, v in values.items()])
+    trainer = RecordingTrainer(config)
+    trainer.tokens = {}
+    trainer.fit()
+    return trainer
+
+
+def step_metrics(out: Path, step: int) -> dict[str, float]:
+    (found,) = [m for m in read_metrics(out / "metrics.jsonl") if m["step"] == step]
+    return found
+
+
+def test_the_real_loop_resumes_a_warm_started_kl_run_with_its_reference(
+    reelrl_home: Path, tmp_path: Path
+) -> None:
+    data = {
+        k: Path(v) for k, v in make_task_datasets(tmp_path / "data", train_videos=4, val_videos=1).items()
+    }
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "tiny", seed=0)
+    whole = train(tmp_path / "whole", data, model)
+    step1 = ckpt.checkpoint_dir(tmp_path / "whole", 1)
+    assert ckpt.read_state(step1)["reference"] == "../../reference"
+    resumed = train(tmp_path / "resumed", data, model, **{"trainer.resume": str(step1)})
+    assert sorted(whole.tokens) == [1, 2] and sorted(resumed.tokens) == [2]
+    assert resumed.reference_path == str((tmp_path / "whole" / ckpt.REFERENCE_DIR).resolve())
+    # the resumed run's own checkpoint names the same reference (outside its folder: absolute)
+    state = ckpt.read_state(ckpt.checkpoint_dir(tmp_path / "resumed", 2))
+    assert state["reference"] == resumed.reference_path
+
+    first, before, after = (
+        step_metrics(tmp_path / "whole", 1),
+        step_metrics(tmp_path / "whole", 2),
+        (step_metrics(tmp_path / "resumed", 2)),
+    )
+    # RL starts where the warm start ended (the anchor is the warmed model, not the random one) ...
+    assert first["actor/kl_ref"] == pytest.approx(0.0, abs=1e-7)
+    assert before["actor/kl_ref"] > 1e-6
+    # ... and the resumed step is the uninterrupted one: the same tokens, KL to the same anchor, loss
+    assert resumed.tokens[2] == whole.tokens[2]
+    for key in ("actor/kl_ref", "actor/kl_loss", "actor/pg_loss", "actor/grad_norm"):
+        assert key in before, key
+        assert math.isclose(before[key], after[key], rel_tol=1e-5, abs_tol=1e-7), (
+            key,
+            before[key],
+            after[key],
+        )
