@@ -93,8 +93,9 @@ class Benchmark:
     # services.reward.official (the benchmark's released rule, re-implemented); a type without one is
     # read by the robust reader under both protocols. ``official_source``: "repo · path · function" of
     # the official reader and aggregation (docs/evaluation.md quotes it). ``official_denominator``:
-    # "all" items, "readable" (Video-MME: only answers its reader read) or "answered" (LVBench,
-    # MotionBench: only questions with a prediction).
+    # "all" items, "readable" (Video-MME: only answers its reader read), "answered" (LVBench,
+    # MotionBench: only questions with a prediction) or "nonempty" (Video-MMMU: an empty reply is an
+    # "API Error" its aggregation drops; the rest count, unreadable ones wrong).
     official_readers: ClassVar[Mapping[str, str]] = fixed({})
     official_source: ClassVar[str] = ""
     official_denominator: ClassVar[str] = "all"
@@ -320,6 +321,9 @@ class Benchmark:
             return False
         if self.official_denominator == "answered":
             return True
+        if self.official_denominator == "nonempty":
+            # only answers the official reader read (open answers keep the robust reader and count)
+            return not (_official(result) and result.response == "")
         return _official(result).get("readable", True) is not False
 
 

@@ -54,8 +54,9 @@ class VideoMMMU(Benchmark):
     official_readers = fixed({"multiple choice": "videommmu"})
     official_source = (
         "EvolvingLMMs-Lab/VideoMMMU · lmms_eval/tasks/videommmu/utils.py · parse_multi_choice_response + "
-        "eval_multi_choice (accuracy per track)"
+        "videoperception_aggregate_results (accuracy per track; an empty reply is an 'API Error' left out)"
     )
+    official_denominator = "nonempty"
     templates = fixed(
         {
             "plain": "{question}\n{options}\nPlease ignore the Quiz question in last frame of the video.",

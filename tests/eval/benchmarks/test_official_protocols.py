@@ -325,12 +325,18 @@ def test_tempcompass(tmp_path, evaluate):
 
 
 def test_videommmu(tmp_path, evaluate):
-    # EvolvingLMMs-Lab/VideoMMMU lmms_eval/tasks/videommmu/utils.py parse_multi_choice_response: 8 of 17
+    # EvolvingLMMs-Lab/VideoMMMU lmms_eval/tasks/videommmu/utils.py parse_multi_choice_response: 8 right
+    # (VIDEOMMMU in test_readers.py); "" parses to "API Error", which videoperception_aggregate_results
+    # drops: 8 of 16. The other unreadable replies ("No Answere Found") stay in, wrong.
     track = {str(i): {"id": f"dev_Art_{i}", "link_selected": "", "question": "Which colour?", "options": TEXTS,
                       "answer": "B"} for i in range(N)}  # fmt: skip
     write_json(tmp_path / "data" / "perception_video.json", {"Perception": track})
     out = evaluate("videommmu", tmp_path, in_order("videommmu", tmp_path))
-    assert official_right(out) == 8 and out.summary.overall == pytest.approx(100 * 8 / 17)
+    assert official_right(out) == 8 and out.summary.overall == pytest.approx(100 * 8 / 16)
+    # unreadable: blue, b, **B**, "", B) blue, (b)
+    assert out.summary.details["official_left_out"] == 1 and out.summary.unreadable == 6
+    # the robust reader keeps every item: 14 of 17 (ROBUST in test_readers.py)
+    assert out.summary.robust_overall == pytest.approx(100 * 14 / 17)
 
 
 def test_odvbench(tmp_path, evaluate):
