@@ -20,9 +20,11 @@ from services.eval.benchmarks.files import read_rows, require
 from services.eval.benchmarks.registry import register
 from services.eval.benchmarks.results import Cell, ItemResult, Summary
 
+# videomathqa_doc_to_text joins its parts with "\n" and the yaml's post_prompt starts with one more:
+# a blank line before the closing instruction
 _PROMPT = (
     "Select the best answer to the following multiple-choice question based on the video. Respond with the "
-    "letter ({letters}) of the correct option.\n{question}\n{options}\nAnswer with the option's letter "
+    "letter ({letters}) of the correct option.\n{question}\n{options}\n\nAnswer with the option's letter "
     "({letters}) from the given choices directly."
 )
 

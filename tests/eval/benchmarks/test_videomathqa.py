@@ -32,3 +32,20 @@ def test_mcq_and_multi_binary(tmp_path, evaluate):
     assert out.summary.metrics["multi_binary"] == pytest.approx(50.0)
     assert out.cell("multi_binary/length", "short") == pytest.approx(100.0)
     assert out.cell("multi_binary/length", "long") == pytest.approx(0.0)
+
+
+def test_prompt_is_the_lmms_eval_tasks_text(tmp_path):
+    # lmms-eval videomathqa_doc_to_text: option_prompt + "\n" + question + "\n" + options + "\n" + post_prompt,
+    # and videomathqa_mcq.yaml's post_prompt begins with "\n": a blank line before the instruction
+    from services.eval.benchmarks import get_benchmark
+
+    rows = [{"videoID": "v", "question_id": 1, "category": "Counting", "question": "How many?",
+             "options": ["A. 1", "B. 2", "C. 3", "D. 4", "E. 5"], "answer": "B", "steps": "[]", "length": "short"}]  # fmt: skip
+    write_parquet(tmp_path / "mcq" / "test-00000-of-00001.parquet", rows)
+    bench = get_benchmark("videomathqa")
+    (sample,) = bench.load(bench.find_annotations(tmp_path))
+    assert bench.prompt(sample, "qwen2_5_vl") == (
+        "Select the best answer to the following multiple-choice question based on the video. Respond with the "
+        "letter (A, B, C, D or E) of the correct option.\nHow many?\nA. 1\nB. 2\nC. 3\nD. 4\nE. 5\n\n"
+        "Answer with the option's letter (A, B, C, D or E) from the given choices directly."
+    )
