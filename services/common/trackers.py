@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -146,6 +147,19 @@ class WandbTracker:
         self.run.finish(exit_code=0 if status in ("finished", "stopped", "succeeded", "cancelled") else 1)
 
 
+# What MLflow refuses in a metric or param name (it takes word characters, ``/ . - :`` and spaces); a
+# breakdown key such as Video-MME's "Humanity & History" would otherwise fail the whole batch.
+_MLFLOW_REFUSED = re.compile(r"[^\w/.\- :]")
+_MLFLOW_KEY_MAX = 250
+
+
+def mlflow_key(name: str) -> str:
+    """``name`` as MLflow stores it: each refused character as ``_``, and no empty, ``.`` or ``..`` path
+    segment (MLflow rejects a name that normalises to another)."""
+    parts = [_MLFLOW_REFUSED.sub("_", part) for part in name.split("/")]
+    return "/".join(part if part not in ("", ".", "..") else "_" for part in parts)[:_MLFLOW_KEY_MAX]
+
+
 def local_store(root: Path) -> str:
     """The tracking URI of the default MLflow store under ``root`` (``OUTPUT_DIR/mlruns``)."""
     return f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
@@ -169,7 +183,13 @@ class MlflowTracker:
             root.mkdir(parents=True, exist_ok=True)
             uri, artifacts = local_store(root), (root / "artifacts").as_uri()
         self.client = MlflowClient(tracking_uri=uri)
-        params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in flatten(config).items()}
+        params: dict[str, str] = {}
+        for k, v in flatten(config).items():
+            params.setdefault(mlflow_key(k), json.dumps(v) if not isinstance(v, str) else v)
+        if run_id is not None and not self._in_store(run_id):
+            # a checkpoint from another folder (its own default store) or a store since moved
+            log.warning("mlflow run %s is not in the store %s: starting a new run", run_id, uri)
+            run_id = None
         if run_id is not None:
             run = self.client.get_run(run_id)
             self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
@@ -190,11 +210,26 @@ class MlflowTracker:
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
+    def _in_store(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+
+        try:
+            self.client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+                return False
+            raise
+        return True
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, v, now, step) for k, v in metrics.items()]
+        named: dict[str, float] = {}
+        for k, v in metrics.items():
+            named.setdefault(mlflow_key(k), v)
+        items = [Metric(k, v, now, step) for k, v in named.items()]
         for i in range(0, len(items), 1000):
             self.client.log_batch(self.run_id, metrics=items[i : i + 1000])
 
@@ -266,15 +301,17 @@ class Trackers:
         """Send ``step`` to every tracker that does not hold it yet."""
         values = numeric({k: v for k, v in metrics.items() if k != "step"})
         sent = False
-        for tracker, target in self.trackers.items():
-            if step <= self.last_step[tracker]:
-                continue
-            target.log(step, values)
-            self.last_step[tracker] = step
-            self.record[tracker]["last_step"] = step
-            sent = True
-        if sent:
-            self._write()
+        try:
+            for tracker, target in self.trackers.items():
+                if step <= self.last_step[tracker]:
+                    continue
+                target.log(step, values)
+                self.last_step[tracker] = step
+                self.record[tracker]["last_step"] = step
+                sent = True
+        finally:  # also when a later tracker failed: what the earlier ones hold must not be sent again
+            if sent:
+                self._write()
 
     def next_step(self) -> int:
         """One past the newest step any tracker holds (for runs without a step of their own)."""

@@ -137,3 +137,23 @@ def test_eval_run_command_names_the_missing_extra_in_one_line_and_exits_2(tmp_pa
     assert "Traceback" not in done.stderr
     [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert "eval.loggers includes wandb" in line and "pip install 'reelrl[wandb]'" in line
+
+
+def test_breakdown_keys_mlflow_refuses_reach_it_under_safe_names(tmp_path: Path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # Video-MME's sub-categories are written like this one
+    summary = Summary(
+        benchmark="videomme", metric="accuracy", overall=50.0, count=2,
+        breakdowns={"sub_category": {"Humanity & History": Cell(score=50.0, count=2)}},
+    )  # fmt: skip
+    log_eval_summaries(
+        ["mlflow"], output_dir=tmp_path, name="eval-vm", config={"benchmarks": ["videomme"]},
+        summaries={"videomme": summary.model_dump(mode="json")}, status="succeeded",
+    )  # fmt: skip
+    run_id = json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["id"]
+    client = MlflowClient(tracking_uri=local_store(tmp_path / "mlruns"))
+    key = "eval/videomme/breakdowns/sub_category/Humanity _ History/score"
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, key)] == [(0, 50.0)]
+    assert client.get_run(run_id).data.metrics["eval/videomme/overall"] == 50.0

@@ -220,3 +220,69 @@ def test_a_tracker_that_is_not_installed_fails_at_start_naming_the_extra(
     [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert f"trainer.loggers includes {tracker}" in line and f"pip install 'reelrl[{tracker}]'" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_mlflow_key_replaces_what_mlflow_refuses() -> None:
+    from services.common.trackers import mlflow_key
+
+    assert mlflow_key("reward/accuracy/multiple_choice") == "reward/accuracy/multiple_choice"
+    assert mlflow_key("a/Humanity & History/score") == "a/Humanity _ History/score"
+    assert mlflow_key("a/(x), y+z/b") == "a/_x__ y_z/b"
+    assert mlflow_key("eval/x/breakdowns/task//score") == "eval/x/breakdowns/task/_/score"
+    assert mlflow_key("a/../b/.") == "a/_/b/_"
+    assert mlflow_key("Größe/temps: 1") == "Größe/temps: 1"  # word characters of any script, colons
+
+
+def test_a_checkpoint_from_another_folder_starts_a_new_mlflow_run_in_this_store(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from services.common.trackers import local_store
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = MetricsLogger(tmp_path / "a", name="t", config={}, loggers=["mlflow"])
+    for step in range(3):
+        first.log(step, {"reward/overall": step / 10})
+    saved = first.tracker_state()  # in a checkpoint of folder a, resumed by a run in folder b
+    first.finish("finished")
+    second = MetricsLogger(tmp_path / "b", name="t", config={}, loggers=["mlflow"], resume=saved)
+    second.log(3, {"reward/overall": 0.3})
+    second.finish("finished")
+    run_id = second.tracker_state()["mlflow"]["id"]
+    assert run_id != saved["mlflow"]["id"]
+    history = MlflowClient(tracking_uri=local_store(tmp_path / "b" / "mlruns")).get_metric_history(
+        run_id, "reward/overall"
+    )
+    assert [(m.step, m.value) for m in history] == [(3, 0.3)]
+
+
+def test_a_tracker_failing_mid_step_keeps_the_record_of_those_that_took_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from services.common.trackers import Trackers, local_store
+
+    class Unreachable:  # a tracker whose server is down (not a stand-in for either library)
+        run_id = "down"
+
+        def log(self, step: int, metrics: dict[str, float]) -> None:
+            raise ConnectionError("tracker unreachable")
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    trackers = Trackers(["mlflow"], output_dir=tmp_path, name="t", config={}, job_id="job-1")
+    trackers.trackers["down"], trackers.last_step["down"] = Unreachable(), -1
+    trackers.record["down"] = {"id": "down", "last_step": -1, "job_id": "job-1"}
+    with pytest.raises(ConnectionError):
+        trackers.log(0, {"reward/overall": 0.5})  # MLflow took step 0, then the run died
+    run_id = trackers.state()["mlflow"]["id"]
+    retry = Trackers(["mlflow"], output_dir=tmp_path, name="t", config={}, job_id="job-1")
+    retry.log(0, {"reward/overall": 0.5})  # the retry recomputes step 0
+    retry.log(1, {"reward/overall": 0.7})
+    retry.finish("finished")
+    assert retry.state()["mlflow"]["id"] == run_id
+    history = MlflowClient(tracking_uri=local_store(tmp_path / "mlruns")).get_metric_history(
+        run_id, "reward/overall"
+    )
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.5), (1, 0.7)]
