@@ -1,0 +1,80 @@
+"""Two Ray nodes on this machine (``ray.cluster_utils.Cluster``, 1 CPU each): 2 FSDP ranks of 1 CPU
+cannot share a node, so the placement group spreads them, one per node, each hosting its colocated
+engine. The ranks rendezvous at rank 0's node; the frame store, output folder and checkpoints are one
+path both nodes see. A second run resumes from the first run's checkpoint on the same two nodes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 900
+
+
+def test_two_ranks_and_two_engines_on_two_nodes_train_and_resume(tmp_path: Path) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.util.state import list_actors
+
+    from services.common.synthetic_tasks import make_task_datasets
+    from services.common.tiny_models import build_tiny_model
+    from services.trainer.tracking import read_metrics
+
+    data = make_task_datasets(tmp_path / "data", train_videos=4, val_videos=2)
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model")
+    out = tmp_path / "run"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+
+        def train(steps: int) -> subprocess.CompletedProcess:
+            values = {
+                "data.train_files": f"[{data['colour_mix']}]", "data.val_files": f"[{data['colour_val']}]",
+                "data.batch_size": 2, "data.video_min_pixels": 3136, "data.video_max_pixels": 3136,
+                "actor.model_path": str(model), "actor.world_size": 2, "rollout.n": 2,
+                "rollout.placement": "colocated", "trainer.use_ray": "true", "trainer.ray_cpus_per_rank": 1,
+                "trainer.ray_address": cluster.address, "trainer.output_dir": str(out),
+                "trainer.total_steps": steps, "trainer.val_freq": 0, "trainer.save_freq": 1,
+                "trainer.loggers": "[jsonl]",
+            }  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "train",
+                str(ROOT / "examples" / "tiny_cpu.yaml"),
+            ]
+            command += [f"{k}={v}" for k, v in values.items()]
+            env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+            env.pop("RAY_ADDRESS", None)
+            return subprocess.run(
+                command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            )
+
+        first = train(1)
+        assert first.returncode == 0, first.stderr[-6000:]
+        second = train(2)  # trainer.resume defaults to auto: continues from step 1's checkpoint
+        assert second.returncode == 0, second.stderr[-6000:]
+        assert "resumed from" in second.stderr and "at step 1" in second.stderr
+        rows = read_metrics(out / "metrics.jsonl")
+        assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]
+        for r in rows:
+            if r["step"] > 0:
+                assert r["actor/rollout_logprob_diff_max"] < 1e-4, r
+        assert (out / "checkpoints" / "step_000002" / "optim_rank1.pt").exists()
+        ray.init(address=cluster.address)
+        ranks = [a for a in list_actors(detail=True, limit=1000) if a.class_name == "ActorWorker"]
+        # 4 ranks over the two runs, 2 on each node: a node's one CPU holds one rank, so each run's two
+        # ranks (and the engines inside them) were on different nodes
+        nodes = [a.node_id for a in ranks]
+        assert len(nodes) == 4 and sorted(nodes.count(n) for n in set(nodes)) == [2, 2], ranks
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
