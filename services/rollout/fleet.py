@@ -61,7 +61,9 @@ class Fleet:
     """``engines``: started engines, all on the checkpoint's weights. ``max_tokens``: the response limit
     (for the token estimate of a group). ``restart(index)`` starts a replacement for engine ``index``
     (None: a failed engine stays out). ``timeout_s``: how long one engine may take for its share of a
-    call or a push before it counts as hung (None: no limit)."""
+    call or a push before it counts as hung (None: no limit). ``current_weights()``: the weights of the
+    newest push, fetched again for a replacement (e.g. rank 0's object reference); without it the
+    fleet keeps the last weights pushed (for Ray references: a copy in the object store)."""
 
     def __init__(
         self,
@@ -71,12 +73,13 @@ class Fleet:
         n: int,
         timeout_s: float | None = None,
         restart: Callable[[int], Any] | None = None,
+        current_weights: Callable[[], Any] | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a fleet needs at least one engine")
         self.members = [_Member(i, e, label=int(e.weight_version)) for i, e in enumerate(engines)]
         self.max_tokens, self.n, self.timeout_s = max_tokens, n, timeout_s
-        self._restart = restart
+        self._restart, self._current_weights = restart, current_weights
         #: pushes so far: the version every serving engine must hold
         self.weight_version = 0
         self._weights: Any = None  # the newest weights, for engines that restart
@@ -179,7 +182,9 @@ class Fleet:
                 self._fail(member, f"weight push: {type(exc).__name__}: {exc}")
         if not pushed:
             raise FleetError(f"no engine took the new weights: {self._failure_summary()}")
-        self.weight_version, self._weights = version, weights
+        self.weight_version = version
+        if self._restart is not None and self._current_weights is None:
+            self._weights = weights
         return time.perf_counter() - started
 
     def sleep(self, level: int = 1) -> bool:
@@ -294,7 +299,8 @@ class Fleet:
             try:
                 label = int(engine.weight_version)
                 if self.weight_version:
-                    engine.push_weights(self._weights)
+                    current = self._current_weights() if self._current_weights is not None else self._weights
+                    engine.push_weights(current)
                     if int(engine.weight_version) != label + 1:
                         raise StaleWeights(f"the restarted engine {member.index} did not take the weights")
                     label += 1

@@ -103,11 +103,13 @@ def _start_all(start: Callable[[int], Any], count: int) -> list[Any]:
     return engines
 
 
-def _fleet(config: TrainConfig, start: Callable[[int], Any], engines: int) -> Fleet:
+def _fleet(
+    config: TrainConfig, start: Callable[[int], Any], engines: int, current_weights: Any = None
+) -> Fleet:
     rollout = config.rollout
     return Fleet(
         _start_all(start, engines), max_tokens=rollout.max_tokens, n=rollout.n,
-        timeout_s=rollout.engine_timeout_s, restart=start,
+        timeout_s=rollout.engine_timeout_s, restart=start, current_weights=current_weights,
     )  # fmt: skip
 
 
@@ -139,7 +141,9 @@ def start_disaggregated(
             gpus=trainer.ray_gpus_rollout,
         )  # fmt: skip
 
-    return _fleet(config, start, layout.engines)
+    # a replacement fetches rank 0's weights again rather than the fleet holding them in the object store
+    group = parts.get("group")
+    return _fleet(config, start, layout.engines, getattr(group, "state_dict_ref", None))
 
 
 def start_colocated(

@@ -170,6 +170,24 @@ def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
         assert f.members[1].engine is new
 
 
+def test_a_replacement_can_fetch_the_current_weights_instead_of_the_fleet_keeping_them() -> None:
+    replacements: list[Recording] = []
+
+    def restart(index: int) -> Recording:
+        replacements.append(Recording(f"new{index}"))
+        return replacements[-1]
+
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=restart, current_weights=lambda: "fetched") as f:
+        f.push_weights("w1")
+        assert f._weights is None  # nothing held between pushes
+        b.fail = "raise"
+        f.rollout(samples(2))
+        f.members[1].restart.result(10)
+        f.rollout(samples(2))
+        assert replacements[0].pushes == ["fetched"]
+
+
 def test_shutdown_stops_every_engine_even_when_one_fails() -> None:
     a, b, c = Recording("a"), Recording("b", fail="shutdown"), Recording("c")
     f = fleet(a, b, c)
