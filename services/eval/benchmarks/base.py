@@ -94,8 +94,8 @@ class Benchmark:
     # read by the robust reader under both protocols. ``official_source``: "repo · path · function" of
     # the official reader and aggregation (docs/evaluation.md quotes it). ``official_denominator``:
     # "all" items, "readable" (Video-MME: only answers its reader read), "answered" (LVBench,
-    # MotionBench: only questions with a prediction) or "nonempty" (Video-MMMU: an empty reply is an
-    # "API Error" its aggregation drops; the rest count, unreadable ones wrong).
+    # MotionBench: only questions with a prediction) or "nonempty" (Video-MMMU, ODV-Bench: their
+    # aggregations drop an empty reply; the rest count, unreadable ones wrong).
     official_readers: ClassVar[Mapping[str, str]] = fixed({})
     official_source: ClassVar[str] = ""
     official_denominator: ClassVar[str] = "all"

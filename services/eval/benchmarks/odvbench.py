@@ -31,9 +31,11 @@ class ODVBench(Benchmark):
     breakdowns = fixed({"task": "task", "subtask": "subtask"})
     official_readers = fixed({"multiple choice": "odvbench"})
     official_source = (
-        "MCG-NJU/StreamForest · lmms_eval/tasks/odvbench/utils.py · mcq_acc + odvbench_process_results "
-        "(accuracy per task and subtask)"
+        "MCG-NJU/StreamForest · lmms_eval/tasks/odvbench/utils.py · mcq_acc + odvbench_aggregate_results "
+        "(accuracy per task and subtask over the replies that are not empty)"
     )
+    # odvbench_aggregate_results counts only results whose raw reply is not ""
+    official_denominator = "nonempty"
     Options = WindowOptions
 
     def load(self, files: Sequence[Path]) -> list[Sample]:

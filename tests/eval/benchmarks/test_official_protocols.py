@@ -340,13 +340,15 @@ def test_videommmu(tmp_path, evaluate):
 
 
 def test_odvbench(tmp_path, evaluate):
-    # MCG-NJU/StreamForest lmms_eval/tasks/odvbench/utils.py mcq_acc: 13 of 17 right (ODV in
-    # test_readers.py: all but "blue", "", the thinking trace's "A" and "C")
+    # MCG-NJU/StreamForest lmms_eval/tasks/odvbench/utils.py mcq_acc: 13 right (ODV in test_readers.py:
+    # all but "blue", "", the thinking trace's "A" and "C"); odvbench_aggregate_results counts only
+    # replies that are not "": 13 of 16
     rows = [{"video": f"s{i}.mp4", "question": "Which colour?", "candidates": TEXTS, "answer": "blue",
              "start": 0.0, "end": 5.0, "task": "single_static", "subtask": "light"} for i in range(N)]  # fmt: skip
     write_json(tmp_path / "targeting_single_static_objects_v4.json", rows)
     out = evaluate("odvbench", tmp_path, in_order("odvbench", tmp_path))
-    assert official_right(out) == 13 and out.summary.overall == pytest.approx(100 * 13 / 17)
+    assert official_right(out) == 13 and out.summary.overall == pytest.approx(100 * 13 / 16)
+    assert out.summary.details["official_left_out"] == 1
 
 
 LONG_REASON = [
