@@ -91,8 +91,10 @@ def mvbench(response: str, prefix: str, sample: RewardSample) -> Read:
     lines = response.strip().split("\n")
     word = ("(" + lines[0]).lower().split(" ")[0]
     bare = word.replace(".", "")
-    if len(bare) >= 2 and bare[1].isalpha() and (len(bare) == 2 or bare[2] == ")"):
+    # check_ans' first test: the word without dots is a substring of "(x)", i.e. "(x" or "(x)"
+    if len(bare) in (2, 3) and bare[1].isalpha() and (len(bare) == 2 or bare[2] == ")"):
         return Read(bare[1].upper())
+    # its second: "(x)" inside the word as written, dots included
     # "(" alone is a substring of every "(x)": check_ans counts an empty answer right for any item.
     # That is a defect, not a rule: it reads as unanswered here (docs/evaluation.md).
     inner = re.search(r"\(([a-z])\)", word)

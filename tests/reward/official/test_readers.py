@@ -111,6 +111,23 @@ def test_videomme_variant_letters_and_concatenated_phrases():
     assert score_official("videomme", MC, "The correct option: C").extracted == "C"
 
 
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("B.) blue", "B"),  # "(b.)" without its dot is "(b)": check_ans' substring test
+        ("B), blue", "B"),  # "(b)," holds "(b)"
+        ("B.), blue", None),  # "(b)," is no substring of "(b)", and "(b.)," does not hold "(b)"
+        ("B.)</answer>", None),
+    ],
+)
+def test_mvbench_dots_count_only_in_the_substring_test(response, expected):
+    # video_chat2/mvbench.ipynb check_ans: pred_option.replace('.', '') in gt_option, or gt_option in
+    # pred_option (the word as written)
+    assert (
+        get_official_reader("mvbench").read(response, "", RewardSample.model_validate(MC)).value == expected
+    )
+
+
 # OVO-Bench get_score: right when the truth's letter occurs anywhere (even "B" of "Based")
 OVO = [1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0]
 
