@@ -130,11 +130,12 @@ def train(files: dict[str, Path], steps: int, output: Path) -> dict[str, Any]:
         return run_train_job(job_id, on_step=[on_step])
 
 
-def serve(port: int) -> None:
+def serve(port: int) -> int:
+    """The status page until stopped; 0 after SIGTERM, 130 after Ctrl-C (``serve_api``'s status)."""
     from services.api.cli import serve_api
 
     console.print(f"status page: [bold]http://127.0.0.1:{port}/[/bold] (Ctrl-C to stop)")
-    serve_api(host="127.0.0.1", port=port)
+    return serve_api(host="127.0.0.1", port=port)
 
 
 def demo_command(
@@ -197,6 +198,4 @@ def _run_demo(
     )
     if log is not None:
         console.print(f"vLLM, torch and worker output: {escape(str(log))} (shown with --verbose)")
-    if not no_serve:
-        serve(port)
-    return 0
+    return 0 if no_serve else serve(port)

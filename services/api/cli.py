@@ -8,6 +8,7 @@ must not crash ``reelrl status`` for everyone.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ def serve_api(host: str | None, port: int | None) -> int:
 
     import uvicorn
 
+    from services.api.server import StoppableServer
     from services.api.settings import ApiSettings, is_loopback
 
     # The app reads its settings from the environment: a flag given wins over REELRL_API_HOST/PORT.
@@ -52,11 +54,13 @@ def serve_api(host: str | None, port: int | None) -> int:
     console.print(
         f"ReelRL jobs API on http://{plain(settings.host)}:{settings.port} (status page at /) — auth: {mode}"
     )
-    uvicorn.run(
+    server = StoppableServer(uvicorn.Config(
         "services.api.app:create_app", factory=True, host=settings.host, port=settings.port,
         log_level="info", timeout_graceful_shutdown=5,
-    )  # fmt: skip
-    return 0
+    ))  # fmt: skip
+    server.run()
+    # stopping the API is its normal end: 0 after SIGTERM (a scheduler, `kill`), 130 after Ctrl-C
+    return 130 if signal.SIGINT in server.stopped_by else 0
 
 
 def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
