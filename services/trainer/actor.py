@@ -244,6 +244,8 @@ class PolicyModel:
         vLLM load, written to a temp folder and renamed into place (rank 0 only)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
+        for stale in folder.parent.glob(f".{folder.name}.*"):  # a killed save's temp (GBs each retry)
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             model = self.model

@@ -92,7 +92,10 @@ def test_a_resumed_run_keeps_the_warm_started_reference(
     group = LocalActorGroup(config, str(world.model), world.store, rollout)
     try:
         trainer = trainer_for(config, group, world)
+        stale = tmp_path / "run" / f".{ckpt.REFERENCE_DIR}.killed"  # an earlier attempt's temp folder
+        stale.mkdir(parents=True)
         trainer.warm_start()
+        assert not stale.exists()
         # flushed before any checkpoint's state.json names it (a crash must not leave it half-written)
         assert synced == [tmp_path / "run" / ckpt.REFERENCE_DIR]
         first = rl_step(group, config, world, STEP1)
