@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from services.reward import types as _types  # noqa: F401 - registers the problem types parse_truth uses
-from services.reward.metrics.mra import mean_relative_accuracy
 from services.reward.official import choices as _choices  # noqa: F401 - registers the readers
 from services.reward.official import values as _values  # noqa: F401
 from services.reward.official.registry import (
@@ -21,6 +20,7 @@ from services.reward.official.registry import (
     official_reader,
     official_reader_names,
 )
+from services.reward.official.values import official_mra
 from services.reward.registry import get_type
 from services.reward.sample import RewardSample
 from services.reward.scoring import as_sample
@@ -64,7 +64,7 @@ def score_official(
     if reader.compare == "exact":
         accuracy = 1.0 if read.value == truth else 0.0
     elif reader.compare == "mra":
-        accuracy = mean_relative_accuracy(float(read.value), float(truth))
+        accuracy = official_mra(float(read.value), float(truth))
     else:
         accuracy = official_iou(tuple(read.value), tuple(truth))
     value = list(read.value) if isinstance(read.value, tuple) else read.value
@@ -77,6 +77,7 @@ __all__ = [
     "Read",
     "get_official_reader",
     "official_iou",
+    "official_mra",
     "official_reader",
     "official_reader_names",
     "score_official",

@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import math
 import re
 
+import numpy as np
+
+from services.reward.metrics.mra import mean_relative_accuracy
 from services.reward.official.choices import first_word
 from services.reward.official.registry import Read, official_reader
 from services.reward.sample import RewardSample
 
+# VSI-Bench's thresholds as its script builds them: int((.95 - .5) / .05 + 2) is 10 points
+_VSI_THRESHOLDS = np.linspace(0.5, 0.95, int((0.95 - 0.5) / 0.05 + 2))
+
+
+def official_mra(pred: float, truth: float) -> float:
+    """VSI-Bench's ``mean_relative_accuracy`` in floating point, as the script computes it: an error on a
+    threshold can fail it (truth 5, prediction 4: 0.2 ≤ 1 − 0.8 is false in floats), where the robust
+    reader's MRA compares exactly. A non-finite prediction passes nothing; a truth ≤ 0, which the script
+    would divide by, falls back to the robust MRA."""
+    if truth <= 0:
+        return mean_relative_accuracy(pred, truth)
+    if not math.isfinite(pred):
+        return 0.0
+    return float(np.mean(abs(pred - truth) / truth <= 1 - _VSI_THRESHOLDS))
+
 
 @official_reader(
     "vsibench_number",
-    rule="float() of fuzzy_matching (the first space-separated word, trailing '.' removed); not a float → 0",
+    rule="float() of fuzzy_matching (the first space-separated word, trailing '.' removed), MRA against the "
+    "truth with the script's float thresholds; not a float → 0",
     source="vision-x-nyu/thinking-in-space · lmms_eval/tasks/vsibench/utils.py · to_float(fuzzy_matching(...)) "
     "+ mean_relative_accuracy",
     compare="mra",

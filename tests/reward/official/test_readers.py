@@ -196,6 +196,25 @@ def test_vsibench_numbers(response, accuracy, readable):
     assert (result.accuracy, result.readable) == (pytest.approx(accuracy), readable)
 
 
+@pytest.mark.parametrize(
+    ("truth", "response", "official", "robust"),
+    [
+        # 1 - np.linspace(.5, .95, 10) in floats: 0.5, 0.44999999999999996, 0.4, 0.35, 0.30000000000000004,
+        # 0.25, 0.19999999999999996, 0.15000000000000002, 0.10000000000000009, 0.050000000000000044
+        ("5", "4", 0.6, 0.7),  # error 0.2: the script's float 1 - 0.8 is below it, so θ = 0.8 fails
+        ("5", "6", 0.6, 0.7),
+        ("10", "8", 0.6, 0.7),
+        ("10", "9", 0.9, 0.9),  # error 0.1 ≤ 0.10000000000000009: θ = 0.9 passes in both
+        ("4", "3", 0.6, 0.6),  # error 0.25 ≤ 0.25
+    ],
+)
+def test_vsibench_mra_compares_in_floats_as_the_script(truth, response, official, robust):
+    # thinking-in-space vsibench/utils.py mean_relative_accuracy: abs(pred - target) / target <= 1 - conf_intervs
+    sample = {"problem_type": "regression", "answer": truth}
+    assert score_official("vsibench_number", sample, response).accuracy == pytest.approx(official)
+    assert score(sample, response).accuracy == pytest.approx(robust)
+
+
 TG = {"problem_type": "temporal grounding", "answer": [4.0, 10.0]}
 
 
