@@ -37,6 +37,7 @@ OVERRIDES = {
     "judge.model": "self",
     "judge.max_tokens": 4,
     "preprocess_workers": 1,
+    "loggers": "[mlflow]",  # the summaries also go to MLflow's local store (OUTPUT_DIR/mlruns)
 }
 
 
@@ -172,6 +173,7 @@ def resumed(tmp_path_factory):
                 mp.delenv(var)
         mp.setenv("REELRL_HOME", str(home))
         mp.setenv("REELRL_JOB_HEARTBEAT_S", "1")
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         reset_settings_cache()
         # attempt 1: one request at a time, so the kill lands between results
         command = [sys.executable, "-m", "services.cli", "eval", "run", "--model", str(model),
@@ -211,6 +213,28 @@ def test_killed_run_resumes_without_recompute_or_duplicates(resumed):
     job = resumed["job"]
     assert job.state.value == "succeeded", job.reason
     assert job.result["resumed"] == len(before) and job.result["written"] == total - len(before)
+
+
+def test_the_summaries_reach_mlflow_once_per_attempt_that_finished(resumed):
+    from mlflow import MlflowClient
+
+    from services.common.trackers import local_store
+
+    out = resumed["output"]
+    summary = json.loads((out / "summary.json").read_text())
+    client = MlflowClient(tracking_uri=local_store(out / "mlruns"))
+    runs = client.search_runs([client.get_experiment_by_name("reelrl-eval").experiment_id])
+    # the killed attempt reached no summary; the job's attempt logged one step
+    assert [r.info.run_id for r in runs] == [json.loads((out / "trackers.json").read_text())["mlflow"]["id"]]
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == f"eval-{RUN_ID}"
+    for benchmark in BENCHMARKS:
+        history = client.get_metric_history(run.info.run_id, f"eval/{benchmark}/overall")
+        assert [(m.step, m.value) for m in history] == [(0, summary[benchmark]["overall"])], benchmark
+    cells = [(b, k, cell) for b, by in summary["mvbench"]["breakdowns"].items() for k, cell in by.items()]
+    assert cells
+    for breakdown, key, cell in cells:
+        assert run.data.metrics[f"eval/mvbench/breakdowns/{breakdown}/{key}/count"] == cell["count"]
 
 
 def test_progress_and_result_events(resumed):
