@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from services.common.families import FamilyName
 from services.common.samples import Sample
 from services.eval.benchmarks.aggregate import accuracy_summary
 from services.eval.benchmarks.base import Benchmark, fixed, make_sample
@@ -79,13 +80,20 @@ class TempCompass(Benchmark):
     title = "TempCompass"
     annotations = ("questions/*.json", "*/test-*.parquet")
     video = fixed({"fps": 1.0, "max_pixels": 720 * 720})  # the official Qwen2-VL runner's settings
-    # caption matching and captioning keep the robust reader (and the judge): their official rules
-    # need ChatGPT for captioning and the original option strings for caption matching
-    official_formats = fixed({"multi-choice": "tempcompass_mc", "yes_no": "tempcompass_yes_no"})
+    # captioning keeps the robust reader (and the judge): its official rule is ChatGPT's; caption
+    # matching's rule reads the original option lines (given to its reader by reward_sample)
+    official_formats = fixed(
+        {
+            "multi-choice": "tempcompass_mc",
+            "yes_no": "tempcompass_yes_no",
+            "caption_matching": "tempcompass_caption",
+        }
+    )
     official_readers = fixed({"multiple choice": "tempcompass_mc", "boolean": "tempcompass_yes_no"})
     official_source = (
-        "llyx97/TempCompass · eval_multi-choice.py · main / eval_yes_no.py · extract_pred (their matching "
-        "rules, as with --disable_llm: what needs ChatGPT scores 0; accuracy per format, the mean of formats)"
+        "llyx97/TempCompass · eval_multi-choice.py · main / eval_yes_no.py · extract_pred / "
+        "eval_caption_matching.py · eval_rule (their matching rules, as with --disable_llm: what needs ChatGPT "
+        "scores 0; accuracy per format, the mean of formats)"
     )
     templates = fixed(
         {
@@ -130,6 +138,7 @@ class TempCompass(Benchmark):
             first_line = question.splitlines()[0]
             fields.update(problem=first_line, problem_type="multiple choice", options=options)
             fields["answer"] = string.ascii_uppercase[labels.index(match.group(1))]
+            fields["caption_answer"] = answer  # eval_rule compares the reply with the answer line
         else:  # captioning: scored as the multiple-choice question the caption must answer
             mc_question = record.get("mc_question") or question
             mc_answer = str(record.get("mc_answer") or answer)
@@ -141,6 +150,17 @@ class TempCompass(Benchmark):
 
     def official_reader(self, sample: Sample) -> str | None:
         return self.official_formats.get(sample.extra("format"))
+
+    def reward_sample(
+        self, sample: Sample, family: FamilyName | str, clip_meta: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """Caption matching's official rule reads the question's option lines and the answer line."""
+        fields = super().reward_sample(sample, family, clip_meta)
+        if sample.extra("format") == "caption_matching":
+            fields.update(
+                caption_question=sample.extra("original"), caption_answer=sample.extra("caption_answer")
+            )
+        return fields
 
     def template_for(self, sample: Sample) -> str:
         return self.templates[sample.extra("format")]

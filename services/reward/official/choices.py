@@ -300,6 +300,51 @@ def tempcompass_yes_no(response: str, prefix: str, sample: RewardSample) -> Read
     return Read(None)
 
 
+def _piece(text: str, sep: str, index: int) -> str | None:
+    """``text.split(sep)[index]``, or None where the released code would raise IndexError."""
+    parts = text.split(sep)
+    return parts[index] if -len(parts) <= index < len(parts) else None
+
+
+@official_reader(
+    "tempcompass_caption",
+    rule="after stripping: the reply equal to an option line, an option's sentence (also the text after "
+    "') '), or its label ('Caption A', 'A'; dots removed), the last such match counting; right when it "
+    "names the answer line, its label or its sentence; else the ChatGPT judge (here, as with "
+    "--disable_llm: unreadable, 0)",
+    source="llyx97/TempCompass · eval_caption_matching.py · eval_rule",
+    compare="given",
+)
+def tempcompass_caption(response: str, prefix: str, sample: RewardSample) -> Read:
+    extra = sample.model_extra or {}
+    question, answer = extra.get("caption_question"), extra.get("caption_answer")
+    if not isinstance(question, str) or not isinstance(answer, str):
+        raise ValueError("the caption-matching reader needs the sample's caption_question and caption_answer")
+    text = response.replace("</s>", "").strip()
+    lines = question.split("\n")[1:]
+    sentences = [sentence for line in lines if (sentence := _piece(line, ": ", 1)) is not None]
+    labels = [line.split(": ")[0] for line in lines]
+    labels += [
+        label.replace("Sentence ", "").replace("Option ", "").replace("Caption ", "") for label in labels
+    ]
+    pred = None
+    for line in lines:
+        if line == text:
+            pred = line
+    after = _piece(text, ") ", 1) if ") " in text else None
+    for sentence in sentences:
+        if sentence in (text, after):
+            pred = sentence
+    for label in labels:
+        if label in (text, text.replace(".", "")):
+            pred = label
+    if pred is None:
+        return Read(None)
+    words = answer.split(": ")[0].split()
+    named = (answer, answer.split(":")[0], _piece(answer, ": ", 1), words[1] if len(words) > 1 else None)
+    return Read(1.0 if pred in named else 0.0)
+
+
 def _mmmu_last(response: str, candidates: list[str], marks: str | None, texts: dict[str, str]) -> str:
     """Of several candidates, the one written last (by the mark that found them, else by its text)."""
     if marks is None:

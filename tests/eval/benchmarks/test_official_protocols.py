@@ -324,6 +324,24 @@ def test_tempcompass(tmp_path, evaluate):
     assert out.summary.overall == pytest.approx((100 * 4 / 17 + 100 * 2 / 3) / 2)
 
 
+def test_tempcompass_caption_matching(tmp_path, evaluate):
+    # llyx97/TempCompass eval_caption_matching.py eval_rule (--disable_llm): the 17 replies of
+    # test_tempcompass_caption_matching_eval_rule in test_readers.py, 8 right; 6 match no rule
+    from tests.reward.official.test_readers import CAPTIONS
+
+    replies = [
+        "Caption B: A man dribbles.", "A man dribbles.", "(B) A man dribbles.", "Caption B", "Caption B.", "B",
+        "B.", " B </s>", "Caption A", "A", "A man dunks.", "b", "The answer is Caption B.",
+        "Caption B: A man dribbles", "**B**", "B) A man", "",
+    ]  # fmt: skip
+    item = {"question": CAPTIONS["caption_question"], "answer": CAPTIONS["caption_answer"]}
+    write_json(tmp_path / "questions" / "caption_matching.json", {"v1": {"direction": [item] * len(replies)}})
+    out = evaluate("tempcompass", tmp_path, in_order("tempcompass", tmp_path, replies))
+    assert out.cell("format", "caption_matching") == pytest.approx(100 * 8 / 17)
+    assert out.summary.unreadable == 6
+    assert out.summary.details["official_reader"] == ["tempcompass_caption"]
+
+
 def test_videommmu(tmp_path, evaluate):
     # EvolvingLMMs-Lab/VideoMMMU lmms_eval/tasks/videommmu/utils.py parse_multi_choice_response: 8 right
     # (VIDEOMMMU in test_readers.py); "" parses to "API Error", which videoperception_aggregate_results

@@ -171,6 +171,53 @@ def test_tempcompass_yes_no_starts_with(response, right, readable):
     assert (result.accuracy, result.readable) == (right, readable)
 
 
+CAPTIONS = {
+    "problem_type": "multiple choice",
+    "answer": "B",
+    "options": ["A. A man dunks.", "B. A man dribbles."],
+    "caption_question": "Which caption matches the video better?\nCaption A: A man dunks.\nCaption B: A man dribbles.",
+    "caption_answer": "Caption B: A man dribbles.",
+}
+
+
+@pytest.mark.parametrize(
+    ("response", "right", "readable"),
+    [
+        ("Caption B: A man dribbles.", 1, True),  # the option line, equal to the answer
+        ("A man dribbles.", 1, True),  # its sentence = answer.split(": ")[1]
+        ("(B) A man dribbles.", 1, True),  # the text after ") " is the sentence
+        ("Caption B", 1, True),  # its label = answer.split(":")[0]
+        ("Caption B.", 1, True),  # dots removed
+        ("B", 1, True),  # the bare label = answer.split(": ")[0].split()[1]
+        ("B.", 1, True),
+        (" B </s>", 1, True),  # "</s>" removed, stripped
+        ("Caption A", 0, True),
+        ("A", 0, True),
+        ("A man dunks.", 0, True),
+        ("b", 0, False),  # no rule matches: ChatGPT's, here unreadable
+        ("The answer is Caption B.", 0, False),
+        ("Caption B: A man dribbles", 0, False),  # no final dot: neither the line nor its sentence
+        ("**B**", 0, False),
+        ("B) A man", 0, False),
+        ("", 0, False),
+    ],
+)
+def test_tempcompass_caption_matching_eval_rule(response, right, readable):
+    # llyx97/TempCompass eval_caption_matching.py eval_rule (with --disable_llm)
+    result = score_official("tempcompass_caption", CAPTIONS, response)
+    assert (result.accuracy, result.readable) == (right, readable)
+
+
+def test_tempcompass_caption_matching_numbered_options():
+    sample = {**CAPTIONS, "caption_question": "Which option?\nOption 1: up\nOption 2: down",
+              "caption_answer": "Option 2: down", "options": ["A. up", "B. down"]}  # fmt: skip
+    assert [
+        score_official("tempcompass_caption", sample, r).accuracy for r in ("2", "Option 2", "down", "1")
+    ] == [1, 1, 1, 0]
+    with pytest.raises(ValueError, match="caption_question"):
+        score_official("tempcompass_caption", {**MC}, "B")
+
+
 VSI_NA = {"problem_type": "regression", "answer": "4"}
 
 
