@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery.exceptions import Ignore
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -54,6 +54,7 @@ from sqlalchemy.orm import Session
 
 from services.common.db import session_scope
 from services.common.db.models import Job, JobEvent, JobState, utcnow
+from services.common.job_headline import headline
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,11 @@ class JobInfo(BaseModel):
     started_at: datetime | None
     heartbeat_at: datetime | None
     finished_at: datetime | None
+
+    @computed_field(description="how the job came out, in one line (e.g. each benchmark's overall score)")
+    @property
+    def headline(self) -> str | None:
+        return headline(self.kind, self.result)
 
 
 class EventInfo(BaseModel):

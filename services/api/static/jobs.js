@@ -45,7 +45,7 @@ function newRow(job) {
   progress.append(document.createElement("progress"), " ", count);
   const actions = cell("actions");
   if (filters.cancel) actions.append(cancelButton());
-  tr.append(id, kind, state, progress, cell("message"), cell("created"), cell("updated"), actions);
+  tr.append(id, kind, state, progress, cell("headline"), cell("message"), cell("created"), cell("updated"), actions);
   body.prepend(tr);
   document.getElementById("no-jobs").hidden = true;
   filters.total += 1;
@@ -66,6 +66,7 @@ function update(job) {
   tr.dataset.state = job.state;
   setState(tr.querySelector("td.state span"), job.state);
   setProgress(tr.querySelector("progress"), tr.querySelector(".count"), job.progress, undefined, job.state);
+  tr.querySelector("td.headline").textContent = visible(job.headline || "");
   tr.querySelector("td.message").textContent = visible(job.reason || job.progress.message);
   tr.querySelector("td.created").textContent = when(job.created_at);
   tr.querySelector("td.updated").textContent = when(job.updated_at);
