@@ -8,7 +8,7 @@ import json
 import logging
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,10 @@ class ClipPlanner:
         return [p for p in planned if p.error is None and not all(self.store.has(k) for k in p.keys)]
 
 
+class PreprocessStopped(Exception):
+    """The run's stop flag was raised while its clips were being preprocessed."""
+
+
 def preprocess_missing(
     planned: Sequence[PlannedSample],
     store: FrameStore,
@@ -116,14 +120,23 @@ def preprocess_missing(
     workers: int,
     timeout_s: float | None,
     work_dir: Path,
+    stop: Callable[[], bool] | None = None,
 ) -> int:
     """Decode the clips ``planned`` lacks with the preprocess service; samples whose clips still fail
-    get their error. Returns how many samples were sent."""
+    get their error. Returns how many samples were sent. ``stop`` is asked before the work starts and
+    at every poll of the wait (a few times a second); once it answers true the wait ends (its local
+    workers stopped) with :class:`PreprocessStopped`."""
     from services.preprocess.dispatch import run_preprocess
 
     todo = [p for p in planned if p.error is None and not all(store.has(k) for k in p.keys)]
     if not todo:
         return 0
+
+    def check(_done: int = 0, _total: int = 0) -> None:
+        if stop is not None and stop():
+            raise PreprocessStopped("stopped while preprocessing clips")
+
+    check()
     work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="preprocess-") as folder:
         dataset = Path(folder) / "missing.jsonl"
@@ -136,8 +149,9 @@ def preprocess_missing(
         dataset.write_text("\n".join(rows) + "\n", encoding="utf-8")
         log.info("preprocessing the clips of %d samples", len(todo))
         report = run_preprocess(
-            dataset, Path(folder) / "out.jsonl", params, workers=workers, timeout_s=timeout_s
-        )
+            dataset, Path(folder) / "out.jsonl", params, workers=workers, timeout_s=timeout_s,
+            progress=check,
+        )  # fmt: skip
     errors: dict[int, str] = {}
     for message in report.errors:
         match = _LINE.match(message)

@@ -18,7 +18,13 @@ from services.common.samples import Sample
 from services.common.settings import get_settings
 from services.common.trackers import TrackerNotInstalled, log_eval_summaries, require
 from services.eval.benchmarks import Benchmark, ItemResult, Summary, get_benchmark
-from services.eval.clips import ClipPlanner, PlannedSample, clip_params, preprocess_missing
+from services.eval.clips import (
+    ClipPlanner,
+    PlannedSample,
+    PreprocessStopped,
+    clip_params,
+    preprocess_missing,
+)
 from services.eval.config import EvalConfig, model_fingerprint
 from services.eval.manifest import run_manifest
 from services.eval.outputs import write_json_atomic, write_jsonl_atomic, write_summaries
@@ -156,10 +162,16 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
         report.redone += stale
         todo = [p for p in plan.planned if p.sample.id not in done]
         report.skipped += len(plan.planned) - len(todo)
-        preprocess_missing(
-            todo, store, plan.params, workers=config.preprocess_workers,
-            timeout_s=config.preprocess_timeout_s, work_dir=output_dir,
-        )  # fmt: skip
+        try:
+            preprocess_missing(
+                todo, store, plan.params, workers=config.preprocess_workers,
+                timeout_s=config.preprocess_timeout_s, work_dir=output_dir, stop=hooks.stop,
+            )  # fmt: skip
+        except PreprocessStopped:
+            # a cancel while clips decode: nothing is generated; the run ends "cancelled" below with
+            # what earlier attempts stored
+            tasks = []
+            break
         tasks += [Task(name, plan.adapter, p) for p in todo]
     report.timings["prepare_s"] = time.perf_counter() - started
 
