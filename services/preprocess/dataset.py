@@ -57,13 +57,16 @@ def _with_videos(n: int, data: dict[str, Any]) -> Row:
 
 
 def resolve_video(raw: str, dataset_dir: Path, data_roots: list[Path], *, frame_folders: bool = True) -> Path:
-    """The file (or, with ``frame_folders``, frame folder) a row's video path names. With data roots
-    configured it must lie inside one. Paths that must be files (images, datasets) pass
-    ``frame_folders=False``."""
+    """The file (or, with ``frame_folders``, frame folder) a row's video path names. A relative path
+    is taken beside the dataset file first (as Video-R1 / EasyR1 datasets are written), then under
+    each data root in turn. With data roots configured the file must lie inside one. Paths that must
+    be files (images, datasets) pass ``frame_folders=False``."""
     given = Path(raw)
     if data_roots:
         roots = [r.resolve() for r in data_roots]
-        candidates = [given] if given.is_absolute() else [root / given for root in roots]
+        candidates = (
+            [given] if given.is_absolute() else [dataset_dir / given, *(root / given for root in roots)]
+        )
         existing = [c.resolve() for c in candidates if c.exists()]
         for path in existing:
             if any(path.is_relative_to(root) for root in roots):

@@ -28,6 +28,25 @@ def test_a_folder_is_a_video_path_only_where_frame_folders_are_allowed(tmp_path)
         resolve_video("frames", tmp_path, [])  # holds a folder, no images
 
 
+def test_with_data_roots_a_relative_video_path_is_taken_beside_the_dataset_first(tmp_path):
+    """Datasets name their videos relative to themselves (Video-R1, EasyR1): with a data root set, the
+    file beside the dataset is found (before: looked for only under the roots, so 'not found'), it
+    wins over a same-named file under a root, a root is still searched next, and a file beside a
+    dataset outside the roots is still refused."""
+    root = tmp_path / "root"
+    (root / "ds" / "videos").mkdir(parents=True)
+    (root / "ds" / "videos" / "a.mp4").write_bytes(b"beside")
+    (root / "videos").mkdir()
+    (root / "videos" / "a.mp4").write_bytes(b"under the root")
+    (root / "videos" / "b.mp4").write_bytes(b"under the root only")
+    assert resolve_video("videos/a.mp4", root / "ds", [root]) == root / "ds" / "videos" / "a.mp4"
+    assert resolve_video("videos/b.mp4", root / "ds", [root]) == root / "videos" / "b.mp4"
+    (tmp_path / "outside" / "videos").mkdir(parents=True)
+    (tmp_path / "outside" / "videos" / "c.mp4").write_bytes(b"outside")
+    with pytest.raises(InputError, match="outside the data roots"):
+        resolve_video("videos/c.mp4", tmp_path / "outside", [root])
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_frame_folders_and_windows_go_through_the_workers_into_the_store(
