@@ -65,8 +65,8 @@ class RolloutConfig(BaseModel):
     # The fleet (docs/rollout.md, "Placements"): where the engines run and how many there are.
     # colocated: an engine shard on every group of tensor_parallel_size actor ranks (same processes and
     # GPUs, asleep during the update); disaggregated: Ray actors on GPUs of their own; driver: engines in
-    # the trainer's process (one-GPU and CPU runs). null: colocated where CUDA is, else disaggregated
-    # with trainer.use_ray and trainer.rollout_on_ray, else driver.
+    # the trainer's process (one-GPU and CPU runs). null: colocated where CUDA is and trainer.use_ray,
+    # else disaggregated with trainer.use_ray and trainer.rollout_on_ray, else driver.
     placement: Literal["colocated", "disaggregated", "driver"] | None = None
     engines: int | None = Field(
         None,

@@ -63,7 +63,10 @@ class Fleet:
     (None: a failed engine stays out). ``timeout_s``: how long one engine may take for its share of a
     call or a push before it counts as hung (None: no limit). ``current_weights()``: the weights of the
     newest push, fetched again for a replacement (e.g. rank 0's object reference); without it the
-    fleet keeps the last weights pushed (for Ray references: a copy in the object store)."""
+    fleet keeps the last weights pushed (for Ray references: a copy in the object store).
+    ``independent``: whether one engine may fail alone; False for colocated shards, which are members of
+    the actor ranks' collectives (a push gathers every bucket on every rank, and stopping a shard
+    destroys its ranks' process group), so any engine failure fails the call by name instead."""
 
     def __init__(
         self,
@@ -74,12 +77,14 @@ class Fleet:
         timeout_s: float | None = None,
         restart: Callable[[int], Any] | None = None,
         current_weights: Callable[[], Any] | None = None,
+        independent: bool = True,
     ) -> None:
         if not engines:
             raise ValueError("a fleet needs at least one engine")
         self.members = [_Member(i, e, label=int(e.weight_version)) for i, e in enumerate(engines)]
         self.max_tokens, self.n, self.timeout_s = max_tokens, n, timeout_s
         self._restart, self._current_weights = restart, current_weights
+        self.independent = independent
         #: pushes so far: the version every serving engine must hold
         self.weight_version = 0
         self._weights: Any = None  # the newest weights, for engines that restart
@@ -147,8 +152,8 @@ class Fleet:
                     groups = future.result(timeout=_left(deadline))
                 except ValueError:
                     raise  # the input's fault (a sample named in the message): every engine would refuse it
-                except FutureTimeout:
-                    self._fail(member, f"no answer within {self.timeout_s:g} s")
+                except FutureTimeout as exc:
+                    self._fail(member, _timeout_reason(future, exc, "no answer within", self.timeout_s))
                     retry += ids
                     continue
                 except Exception as exc:
@@ -176,8 +181,10 @@ class Fleet:
                 pushed.append(member)
             except (ValueError, StaleWeights):
                 raise  # wrong names or shapes: the same for every engine, the engines kept their weights
-            except FutureTimeout:
-                self._fail(member, f"weight push took more than {self.timeout_s:g} s")
+            except FutureTimeout as exc:
+                self._fail(
+                    member, "weight push: " + _timeout_reason(future, exc, "took more than", self.timeout_s)
+                )
             except Exception as exc:
                 self._fail(member, f"weight push: {type(exc).__name__}: {exc}")
         if not pushed:
@@ -273,6 +280,11 @@ class Fleet:
         member.failures.append(reason)
         with self._lock:
             self._failures += 1
+        if not self.independent:
+            raise FleetError(
+                f"rollout engine {member.index} failed ({reason}); colocated engines share the actor ranks' "
+                "collectives, so the step fails (a train job's retry resumes from its checkpoint)"
+            )
         broken = member.engine
         restart = self._restart
 
@@ -322,6 +334,14 @@ def _relabel(response: RolloutResponse, version: int) -> RolloutResponse:
     if response.offline:
         return response
     return response.model_copy(update={"weight_version": version, "weight_versions": ((0, version),)})
+
+
+def _timeout_reason(future: Future, exc: BaseException, what: str, timeout_s: float | None) -> str:
+    """Why a call counts as failed on a TimeoutError: the fleet's own limit when the call is still
+    running, else a TimeoutError the engine itself raised (builtin ``TimeoutError`` is the futures' one)."""
+    if not future.done() and timeout_s is not None:
+        return f"{what} {timeout_s:g} s"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _left(deadline: float | None) -> float | None:

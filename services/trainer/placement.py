@@ -16,7 +16,7 @@ from typing import Any
 
 from services.rollout.config import RolloutConfig
 from services.rollout.fleet import Fleet
-from services.trainer.config import TrainConfig
+from services.trainer.config import TrainConfig, fleet_problems
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +33,22 @@ class Layout:
 
 
 def resolve(config: TrainConfig, *, cuda: bool) -> Layout:
-    """The placement (null: colocated where CUDA is, else disaggregated with ``trainer.use_ray`` and
-    ``trainer.rollout_on_ray``, else driver) and the number of engines."""
+    """The placement (null: colocated where CUDA is and the ranks run on Ray (``trainer.use_ray``), else
+    disaggregated with ``trainer.use_ray`` and ``trainer.rollout_on_ray``, else driver) and the number
+    of engines. A null placement resolved to colocated gets the static checks an explicit one gets."""
     rollout, trainer = config.rollout, config.trainer
     placement = rollout.placement
     if placement is None:
-        if cuda:
+        if cuda and trainer.use_ray:
             placement = "colocated"
         elif trainer.use_ray and trainer.rollout_on_ray:
             placement = "disaggregated"
         else:
             placement = "driver"
+        resolved = config.model_copy(update={"rollout": rollout.model_copy(update={"placement": placement})})
+        problems = fleet_problems(resolved)
+        if problems:
+            raise PlacementError(f"rollout.placement (null) resolved to {placement} here: {problems[0]}")
     tp = rollout.engine.tensor_parallel_size
     engines = config.actor.world_size // tp if placement == "colocated" else rollout.engines or 1
     return Layout(placement, engines, tp)
@@ -169,10 +174,12 @@ def start_colocated(
     if indices != [i // tp for i in range(len(workers))]:
         raise PlacementError(f"colocated engines started with indices {indices}, expected one per {tp} ranks")
     rollout_cfg = config.rollout
-    # no restart: a shard joins the world's collectives, so a lone one cannot be started again
+    # no restart and no re-send: a shard joins the world's collectives, so a lone one can neither be
+    # started again nor be left out of the next push's gathers
     return Fleet(
-        engines, max_tokens=rollout_cfg.max_tokens, n=rollout_cfg.n, timeout_s=rollout_cfg.engine_timeout_s
-    )
+        engines, max_tokens=rollout_cfg.max_tokens, n=rollout_cfg.n, timeout_s=rollout_cfg.engine_timeout_s,
+        independent=False,
+    )  # fmt: skip
 
 
 #: placement → the function that starts its engines (all take the same arguments)

@@ -33,6 +33,8 @@ class Recording:
         if self.fail == "hang":
             self.release.wait(30)
             raise RuntimeError("released")
+        if self.fail == "timeout-error":  # the engine's own TimeoutError (e.g. a ray.get with a limit)
+            raise TimeoutError(f"{self.name} gave up")
         if self.fail == "refuse":
             raise ValueError(f"sample {samples[0].id!r}: too long")
         self.served.append([s.id for s in samples])
@@ -128,6 +130,27 @@ def test_a_hung_engine_times_out_and_its_groups_are_re_sent() -> None:
         groups = f.rollout(samples(2))
         assert time.monotonic() - started < 20
         assert len(groups) == 2 and f.pop_metrics()["rollout/engine_failures"] == 1.0
+
+
+def test_an_engine_s_own_timeout_error_is_a_failure_without_a_fleet_limit() -> None:
+    a, b = Recording("a"), Recording("b", fail="timeout-error")
+    with fleet(a, b) as f:  # timeout_s None: the fleet itself never times out
+        assert [g.sample_id for g in f.rollout(samples(4))] == ["s0", "s1", "s2", "s3"]
+        assert f.members[1].failures == ["TimeoutError: b gave up"]
+        assert f.pop_metrics()["rollout/engine_failures"] == 1.0
+
+
+def test_a_colocated_engine_s_failure_fails_the_call_without_re_sending_or_stopping_it() -> None:
+    # a shard is one member of the ranks' collectives: the next push needs every rank, and stopping it
+    # would destroy its ranks' process group, so the step fails by name and the engines stay for shutdown
+    a, b = Recording("a"), Recording("b", fail="raise")
+    with fleet(a, b, independent=False) as f:
+        with pytest.raises(FleetError, match=r"rollout engine 1 failed \(RuntimeError: b died\); colocated"):
+            f.rollout(samples(4))
+        assert sum(len(s) for s in a.served) == 2, "the failed engine's groups were re-sent"
+        assert not b.stopped and f.members[1].restart is None
+        assert f.pop_metrics()["rollout/engine_failures"] == 1.0
+    assert a.stopped and b.stopped
 
 
 def test_when_every_engine_fails_the_call_fails_naming_them() -> None:

@@ -41,6 +41,19 @@ def test_a_contradicting_engine_count_is_refused() -> None:
         )
 
 
+def test_a_null_placement_resolved_to_colocated_gets_the_same_checks() -> None:
+    on_ray = {"use_ray": True}
+    cfg = config(actor={"world_size": 8}, rollout={"engines": 3, "engine": {"tensor_parallel_size": 2}},
+                 trainer=on_ray)  # fmt: skip
+    with pytest.raises(PlacementError, match=r"resolved to colocated here: rollout.engines=3 contradicts"):
+        resolve(cfg, cuda=True)
+    odd = config(actor={"world_size": 6}, rollout={"engine": {"tensor_parallel_size": 4}}, trainer=on_ray,
+                 data={"batch_size": 12})  # fmt: skip
+    with pytest.raises(PlacementError, match=r"actor.world_size=6 must be a multiple of it"):
+        resolve(odd, cuda=True)
+    assert resolve(cfg, cuda=False) == Layout("disaggregated", 3, 2)  # no GPU: engines of their own
+
+
 def test_disaggregated_engines_need_ray() -> None:
     with pytest.raises(ConfigError, match=r"set trainer.use_ray=true"):
         config(rollout={"placement": "disaggregated", "engines": 2})
@@ -50,7 +63,9 @@ def test_disaggregated_engines_need_ray() -> None:
 
 def test_other_placements_default_to_one_engine_and_null_picks_by_hardware() -> None:
     assert resolve(config(), cuda=False) == Layout("driver", 1, 1)
-    assert resolve(config(), cuda=True).placement == "colocated"
+    # colocated shards live in the Ray ranks: a GPU run without Ray (one GPU) keeps the engine in the driver
+    assert resolve(config(trainer={"use_ray": True}), cuda=True).placement == "colocated"
+    assert resolve(config(), cuda=True).placement == "driver"
     assert resolve(config(trainer={"use_ray": True}), cuda=False).placement == "disaggregated"
     on_ray_driver = config(trainer={"use_ray": True, "rollout_on_ray": False})
     assert resolve(on_ray_driver, cuda=False).placement == "driver"
