@@ -137,7 +137,7 @@ class Fleet:
         pending = list(range(len(samples)))
         while pending:
             live = self._serving()
-            split = routing.assign([costs[i] for i in pending], len(live))
+            split = routing.assign([costs[i] for i in pending], len(live), [samples[i].id for i in pending])
             calls = {
                 self._pool.submit(
                     live[e].engine.rollout, [samples[pending[j]] for j in ids], n=n, mix_policy=mix_policy,

@@ -16,10 +16,25 @@ def group_cost(prompt_tokens: int, responses: int, max_tokens: int) -> int:
     return prompt_tokens + responses * max_tokens
 
 
-def assign(costs: Sequence[float], engines: int) -> list[int]:
-    """The engine (0..engines-1) of each group, balancing the summed ``costs`` per engine."""
+def assign(costs: Sequence[float], engines: int, keys: Sequence[str] | None = None) -> list[int]:
+    """The engine (0..engines-1) of each group, balancing the summed ``costs`` per engine. ``keys``
+    (each group's sample id): groups of the same sample go to one engine together, weighed as one (a
+    repeated sample's seeds count its repeats in call order, ``seeds.group_seeds``); without repeats
+    the split is the same as without keys."""
     if engines < 1:
         raise ValueError(f"a fleet needs at least one engine, got {engines}")
+    if keys is not None:
+        if len(keys) != len(costs):
+            raise ValueError(f"{len(keys)} keys for {len(costs)} groups")
+        first: dict[str, int] = {}
+        summed: list[float] = []
+        for key, cost in zip(keys, costs, strict=True):
+            if key not in first:
+                first[key] = len(summed)
+                summed.append(0.0)
+            summed[first[key]] += cost
+        per_key = assign(summed, engines)
+        return [per_key[first[key]] for key in keys]
     load = [0.0] * engines
     out = [0] * len(costs)
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):

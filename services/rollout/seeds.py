@@ -38,11 +38,17 @@ class SeedKey:
             raise ValueError(f"a seed key's stream must be a non-empty name, got {self.stream!r}")
 
 
-def group_seed(run_seed: int, key: SeedKey, sample_id: str) -> int:
+def group_seed(run_seed: int, key: SeedKey, sample_id: str, repeat: int = 0) -> int:
     """The seed of the request that generates ``sample_id``'s group at ``key``: the first 62 bits of
     BLAKE2b over the four fields, NUL-separated (stable across processes and Python versions, unlike
-    ``hash``)."""
+    ``hash``). ``repeat``: how many groups of the same sample come before this one in the call (a batch
+    that spans two epochs may hold a sample twice; its second group must not repeat the first's
+    tokens); 0 leaves the four fields alone."""
+    if repeat < 0:
+        raise ValueError(f"repeat must be >= 0, got {repeat}")
     text = f"{run_seed}\x00{key.step}\x00{key.stream}\x00{sample_id}"
+    if repeat:
+        text += f"\x00{repeat}"
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
 
@@ -55,8 +61,16 @@ def response_seed(run_seed: int, key: SeedKey, sample_id: str, index: int) -> in
 
 
 def group_seeds(run_seed: int, key: SeedKey | None, samples: Sequence[Any]) -> list[int | None]:
-    """The request seed of each sample (anything with an ``id``) at ``key``; None for every sample
-    without a key (the engine's own random stream, as before seeds were given)."""
+    """The request seed of each sample (anything with an ``id``) at ``key``, a repeated sample's later
+    groups counted by ``repeat``; None for every sample without a key (the engine's own random stream,
+    as before seeds were given). A fleet sends every group of one sample to the same engine in sample
+    order (``routing.assign(..., keys=...)``), so the repeats count the same on 1 or N engines."""
     if key is None:
         return [None] * len(samples)
-    return [group_seed(run_seed, key, s.id) for s in samples]
+    seen: dict[str, int] = {}
+    out: list[int | None] = []
+    for sample in samples:
+        repeat = seen.get(sample.id, 0)
+        seen[sample.id] = repeat + 1
+        out.append(group_seed(run_seed, key, sample.id, repeat))
+    return out

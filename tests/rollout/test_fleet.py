@@ -11,7 +11,7 @@ import pytest
 
 from services.rollout.fleet import Fleet, FleetError, StaleWeights
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
-from services.rollout.seeds import SeedKey
+from services.rollout.seeds import SeedKey, group_seeds
 
 
 class Recording:
@@ -21,6 +21,7 @@ class Recording:
         self.name, self.fail, self.labels_lag = name, fail, labels_lag
         self.weight_version = 0
         self.served: list[list[str]] = []
+        self.seeds: list[tuple[str, int | None]] = []  # (sample id, the request seed the engine would use)
         self.pushes: list[Any] = []
         self.events: list[str] = []
         self.stopped = False
@@ -38,6 +39,7 @@ class Recording:
         if self.fail == "refuse":
             raise ValueError(f"sample {samples[0].id!r}: too long")
         self.served.append([s.id for s in samples])
+        self.seeds += zip([s.id for s in samples], group_seeds(0, key, samples), strict=True)
         version = self.weight_version - 1 if self.labels_lag else self.weight_version
         response = RolloutResponse(
             token_ids=[1], logprobs=[0.0], text="x", finish_reason="stop", weight_version=version,
@@ -84,6 +86,21 @@ def test_groups_are_split_by_estimated_tokens_and_come_back_in_sample_order() ->
     assert [g.sample_id for g in groups] == ["s0", "s1", "s2", "s3"]
     # costs 108, 9, 58, 68: 108→a, 68→b, 58→b (68<108), 9→a (108<126)
     assert a.served == [["s0", "s1"]] and b.served == [["s2", "s3"]]
+
+
+def test_a_repeated_sample_is_seeded_as_on_one_engine() -> None:
+    # a batch spanning two epochs holds "a" twice: both groups must go to one engine, so that the
+    # repeat's seed (counted in call order) is the one a single engine would give it
+    batch = [RolloutSample(id=i, prompt="q") for i in ("a", "b", "c", "a")]
+    one = Recording("one")
+    with fleet(one) as f:
+        f.rollout(batch, key=SeedKey(3), prompt_tokens=[50, 40, 30, 50])
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b) as f:
+        f.rollout(batch, key=SeedKey(3), prompt_tokens=[50, 40, 30, 50])
+    assert a.served == [["a", "a"]] and b.served == [["b", "c"]]
+    assert sorted(a.seeds + b.seeds) == sorted(one.seeds)
+    assert len({seed for _, seed in one.seeds}) == 4
 
 
 def test_every_engine_takes_each_push_and_responses_carry_the_fleet_version() -> None:

@@ -30,6 +30,17 @@ def test_shards_keep_sample_order() -> None:
     assert shards([1, 0, 1, 0, 0], range(2)) == {0: [1, 3, 4], 1: [0, 2]}
 
 
+def test_a_repeated_sample_s_groups_go_to_one_engine_weighed_together() -> None:
+    # a (50) + a (50) = 100 → e0; b (40) → e1; c (30) → e1 (40<100). Without keys the two a's split:
+    # a→e0, a→e1, b→e0 (tie: lower engine), c→e1
+    assert assign([50, 40, 30, 50], 2) == [0, 0, 1, 1]
+    assert assign([50, 40, 30, 50], 2, ["a", "b", "c", "a"]) == [0, 1, 1, 0]
+    # no repeats: the same split as without keys
+    assert assign([5, 3, 8, 4, 4], 2, list("vwxyz")) == assign([5, 3, 8, 4, 4], 2)
+    with pytest.raises(ValueError, match="2 keys for 1 groups"):
+        assign([1], 1, ["a", "b"])
+
+
 def test_a_fleet_needs_an_engine() -> None:
     with pytest.raises(ValueError, match="at least one engine"):
         assign([1], 0)

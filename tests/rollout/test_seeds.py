@@ -59,6 +59,19 @@ def test_no_key_leaves_requests_unseeded() -> None:
     ]
 
 
+def test_a_sample_repeated_in_a_call_gets_a_seed_per_repeat() -> None:
+    # a batch spanning two epochs may hold a sample twice: its groups must be two draws, not one twice
+    class Sample:
+        def __init__(self, id: str) -> None:
+            self.id = id
+
+    seeds = group_seeds(0, SeedKey(1), [Sample("a"), Sample("b"), Sample("a")])
+    assert seeds[:2] == [group_seed(0, SeedKey(1), "a"), group_seed(0, SeedKey(1), "b")]
+    assert seeds[2] == group_seed(0, SeedKey(1), "a", repeat=1) != seeds[0]
+    text = "0\x001\x00train\x00a\x001"
+    assert seeds[2] == int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 2
+
+
 def test_on_cpu_prefills_stay_whole_so_seeded_requests_can_run() -> None:
     kwargs = {"max_model_len": 4096, "max_num_batched_tokens": 2048}
     cpu = seedable_kwargs(kwargs, cpu=True)
