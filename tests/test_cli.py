@@ -224,3 +224,25 @@ def test_serve_api_honours_reelrl_api_host_and_says_when_open_is_not_loopback(tm
         proc.terminate()
         proc.communicate(timeout=30)
     assert "NOT loopback-only" in first and "loopback only)" not in first, first
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "{f}"],
+        ["eval", "run", "--config", "{f}", "--model", "m"],
+        ["eval", "score", "--benchmark", "mvbench", "--annotations", "{d}", "--predictions", "{f}"],
+        ["eval", "samples", "--benchmark", "mvbench", "--annotations", "{d}"],
+    ],
+    ids=["train", "eval-run", "eval-score", "eval-samples"],
+)
+def test_hostile_file_names_in_train_and_eval_errors(reelrl_home, tmp_path, command):
+    """The file a config or annotation error names is printed literally, its bidi override visible."""
+    folder = tmp_path / HOSTILE  # "/" in the text makes folders: [ / x] [bold]b[ / bold] ‮evil
+    folder.mkdir(parents=True)
+    config = folder / "c.yaml"
+    config.write_text("a: [unclosed\n")
+    result = runner.invoke(app, [part.format(f=config, d=folder) for part in command])
+    shown = no_crash(result, 2)
+    assert SHOWN in shown.replace("\n", ""), shown
+    assert "\u202e" not in shown

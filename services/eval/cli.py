@@ -10,8 +10,14 @@ from typing import Any
 
 import typer
 import yaml
+from rich.console import Console
 
+from services.common.text import plain
 from services.eval.benchmarks import BenchmarkError, benchmark_names, get_benchmark
+
+# Messages name files and quote their contents: printed through `plain` (literal markup, visible bidi
+# controls). The JSON that samples and score write to stdout is data for other programs, left as is.
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def parse_assignments(pairs: list[str], what: str = "option") -> dict[str, Any]:
@@ -38,7 +44,7 @@ def list_command() -> int:
 
 
 def _fail(message: str) -> int:
-    typer.echo(f"error: {message}", err=True)
+    errors.print(f"error: {plain(message)}")
     return 2
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -268,8 +267,10 @@ def run_command(
 ) -> int:
     """`reelrl eval run`: flags and dotted overrides over an optional YAML config."""
     import typer
+    from rich.console import Console
 
-    from services.eval.cli import parse_assignments
+    from services.common.text import plain
+    from services.eval.cli import errors, parse_assignments
     from services.eval.config import ConfigError, load_config
     from services.eval.store import RunMismatch
 
@@ -284,23 +285,28 @@ def run_command(
     try:
         config = load_config({**values, **parse_assignments(overrides, "override")}, config_path)
     except (ConfigError, typer.BadParameter) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        errors.print(f"error: {plain(exc)}")
         return 2
 
     def progress(benchmark: str, item: ItemResult, done: int, total: int) -> None:
         status = "error" if item.error else f"{item.accuracy:.2f}"
-        print(f"[{done}/{total}] {benchmark} {item.id}: {status}", file=sys.stderr, flush=True)
+        errors.print(plain(f"[{done}/{total}] {benchmark} {item.id}: {status}"))
 
     try:
         report = run_eval(config, Hooks(on_result=progress))
     except (RunMismatch, TrackerNotInstalled, ValueError, OSError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        errors.print(f"error: {plain(exc)}")
         return 2
+    out = Console(highlight=False, soft_wrap=True)
     for summary in report.summaries.values():
-        typer.echo(f"{summary.benchmark}: {summary.overall:.2f} ({summary.metric}; {summary.count} samples)")
-    typer.echo(
-        f"run {report.run_id}: {report.written} new results, {report.skipped} resumed"
-        + (f", {report.redone} redone (prompt changed)" if report.redone else "")
-        + f"; {report.output_dir}"
+        out.print(
+            plain(f"{summary.benchmark}: {summary.overall:.2f} ({summary.metric}; {summary.count} samples)")
+        )
+    out.print(
+        plain(
+            f"run {report.run_id}: {report.written} new results, {report.skipped} resumed"
+            + (f", {report.redone} redone (prompt changed)" if report.redone else "")
+            + f"; {report.output_dir}"
+        )
     )
     return 0

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from services.common.text import plain
 from services.trainer.config import ConfigError, dump_config, load_config
 
 console = Console(stderr=True)
@@ -22,7 +22,7 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
     try:
         cfg = load_config(config, overrides)
     except (ConfigError, OSError) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        console.print(f"[red]error:[/red] {plain(exc)}")
         return 2
     if print_config:
         sys.stdout.write(dump_config(cfg))
@@ -32,7 +32,7 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
     try:
         require(cfg.trainer.loggers)  # a missing extra is a config error, before anything loads
     except TrackerNotInstalled as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        console.print(f"[red]error:[/red] {plain(exc)}", soft_wrap=True)
         return 2
     # vLLM's per-request INFO lines would bury the progress bar; an exported level still wins.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -57,10 +57,10 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
         try:
             result = run(cfg, hooks=Hooks(on_step=[on_step]))
         except (DataError, ConfigError) as exc:
-            console.print(f"[red]error:[/red] {escape(str(exc))}")
+            console.print(f"[red]error:[/red] {plain(exc)}")
             return 2
     console.print(
         f"{'stopped' if result.stopped else 'finished'} after step {result.steps}: "
-        f"{escape(str(result.output_dir / 'metrics.jsonl'))}"
+        f"{plain(result.output_dir / 'metrics.jsonl')}"
     )
     return 0
