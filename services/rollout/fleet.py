@@ -312,7 +312,8 @@ class Fleet:
                 label = int(engine.weight_version)
                 if self.weight_version:
                     current = self._current_weights() if self._current_weights is not None else self._weights
-                    engine.push_weights(current)
+                    # under the same limit as every push: a replacement that hangs here must not hang the call
+                    self._pool.submit(engine.push_weights, current).result(timeout=self.timeout_s)
                     if int(engine.weight_version) != label + 1:
                         raise StaleWeights(f"the restarted engine {member.index} did not take the weights")
                     label += 1

@@ -52,6 +52,8 @@ class Recording:
 
     def push_weights(self, weights: Any) -> float:
         self.events.append("push")
+        if self.fail == "hang-push":
+            self.release.wait(30)
         if self.fail == "stale-push":
             return 0.0  # claims success, version unchanged
         self.pushes.append(weights)
@@ -208,6 +210,26 @@ def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
         assert new.served, "the replacement got no work"
         assert {r.weight_version for g in groups for r in g.responses} == {1}
         assert f.members[1].engine is new
+
+
+def test_a_replacement_that_hangs_taking_the_current_weights_is_dropped_under_the_limit() -> None:
+    replacements: list[Recording] = []
+
+    def restart(index: int) -> Recording:
+        replacements.append(Recording(f"new{index}", fail="hang-push"))
+        return replacements[-1]
+
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=restart, timeout_s=0.5) as f:
+        f.push_weights("w1")
+        b.fail = "raise"
+        f.rollout(samples(2))
+        f.members[1].restart.result(10)
+        groups = f.rollout(samples(2))  # adopting the replacement times out instead of waiting on it
+        (new,) = replacements
+        assert new.stopped and not f.members[1].alive and f.members[1].engine is b
+        assert "restart push: " in f.members[1].failures[-1]
+        assert [g.sample_id for g in groups] == ["s0", "s1"] and a.served[-1] == ["s0", "s1"]
 
 
 def test_a_replacement_can_fetch_the_current_weights_instead_of_the_fleet_keeping_them() -> None:
