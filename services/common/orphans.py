@@ -85,51 +85,82 @@ def owner_marker() -> str:
     return marker
 
 
+def _marker_in(environ: bytes) -> str | None:
+    needle = f"{MARKER}=".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(needle):
+            return item[len(needle) :].decode(errors="replace")
+    return None
+
+
+def _marker_of_pid(pid: int) -> str | None:
+    """The marker ``pid`` carries now (None: none, gone, a zombie, or another user's)."""
+    try:
+        return _marker_in((_PROC / str(pid) / "environ").read_bytes())
+    except OSError:
+        return None
+
+
 def _markers() -> dict[int, str]:
     """pid → owner marker of every process of this user that carries one (others are unreadable)."""
     found = {}
-    needle = f"{MARKER}=".encode()
     for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or another user's
-            continue
-        for item in environ.split(b"\0"):
-            if item.startswith(needle):
-                found[int(entry.name)] = item[len(needle) :].decode(errors="replace")
-                break
+        if entry.name.isdigit():
+            marker = _marker_of_pid(int(entry.name))
+            if marker is not None:
+                found[int(entry.name)] = marker
     return found
 
 
-def _end(pids: list[int], grace_s: float) -> list[int]:
-    """SIGTERM ``pids`` (vLLM shuts down on it), SIGKILL whatever is left after ``grace_s``."""
-    for pid in pids:
+def _signal_marked(pid: int, marker: str, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only while it still carries ``marker``: between the listing and the
+    signal (the grace period above all) the process may have exited and its PID gone to another
+    process, which carries no such marker. A pidfd pins the process checked to the one signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfd_open (kernel before 5.3): check, then signal by pid
+        if _marker_of_pid(pid) != marker:
+            return False
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, sig)
+        return True
+    try:
+        if _marker_of_pid(pid) != marker:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _end(found: dict[int, str], grace_s: float) -> list[int]:
+    """SIGTERM each pid of ``found`` (pid → the marker it was listed with; vLLM shuts down on it),
+    SIGKILL whichever still carries its marker after ``grace_s``. Returns the pids signalled."""
+    ended = [pid for pid, marker in found.items() if _signal_marked(pid, marker, signal.SIGTERM)]
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_not_zombie(p) for p in pids):
+    # a zombie's environ reads empty: it counts as gone
+    while time.monotonic() < deadline and any(_marker_of_pid(p) == found[p] for p in ended):
         time.sleep(0.1)
-    for pid in pids:
-        if _not_zombie(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    return pids
+    for pid in ended:
+        _signal_marked(pid, found[pid], signal.SIGKILL)
+    return ended
 
 
 def sweep_orphans(grace_s: float = GRACE_S) -> list[int]:
     """End the processes whose marker names an owner that is gone; returns their pids."""
     me = os.getpid()
-    orphans = [pid for pid, marker in _markers().items() if pid != me and not alive(marker)]
-    return _end(orphans, grace_s)
+    return _end({pid: m for pid, m in _markers().items() if pid != me and not alive(m)}, grace_s)
 
 
 def watch(marker: str) -> None:
     """The watchdog: wait for the owner to go, then end what carries its marker."""
     while alive(marker):
         time.sleep(POLL_S)
-    _end([pid for pid, m in _markers().items() if m == marker], GRACE_S)
+    _end({pid: m for pid, m in _markers().items() if m == marker}, GRACE_S)
 
 
 if __name__ == "__main__":

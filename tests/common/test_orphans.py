@@ -61,6 +61,27 @@ def test_a_sweep_ends_marked_processes_whose_owner_is_gone_and_only_those():
             p.wait()
 
 
+def test_a_pid_reused_after_the_listing_is_not_signalled(monkeypatch):
+    """The sweep lists a marked orphan, which exits before its signal; its PID now names another
+    process, without our marker. That process is left alone (before: signalled by the bare PID)."""
+    import services.common.orphans as orphans
+
+    dead = subprocess.Popen(SLEEPER)
+    dead_marker = marker_of(dead.pid)
+    dead.kill()
+    dead.wait()
+    reused = subprocess.Popen(SLEEPER)  # stands for the process that got the listed orphan's PID
+    try:
+        time.sleep(0.3)
+        monkeypatch.setattr(orphans, "_markers", lambda: {reused.pid: dead_marker})  # the stale listing
+        assert sweep_orphans(grace_s=0.5) == []
+        time.sleep(0.3)
+        assert reused.poll() is None, "a process that does not carry the marker was signalled"
+    finally:
+        _kill_all([reused.pid])
+        reused.wait()
+
+
 OWNER = textwrap.dedent(
     """
     import os, subprocess, sys, time
