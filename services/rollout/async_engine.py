@@ -29,6 +29,7 @@ from services.rollout.seeds import SeedKey, group_seeds
 from services.rollout.vllm_bridge import (
     delta_from,
     engine_kwargs,
+    free_cached_device_memory,
     on_cpu,
     sampling_params,
     seedable_kwargs,
@@ -248,6 +249,7 @@ class AsyncRolloutEngine(EngineBase):
         """Bring back what :meth:`sleep` released; False when the engine was not asleep (nothing to do)."""
         if self._sleep_level is None:
             return False
+        free_cached_device_memory()
         if not await self.engine.wake_up():
             raise RuntimeError("vLLM did not wake up fully")
         self._sleep_level = None

@@ -37,6 +37,7 @@ from services.rollout.config import RolloutConfig
 from services.rollout.engine import RolloutEngine
 from services.rollout.vllm_bridge import (
     engine_kwargs,
+    free_cached_device_memory,
     on_cpu,
     seedable_kwargs,
     seeds_supported,
@@ -152,6 +153,7 @@ class ColocatedShard:
         """Bring back ``tags`` (None: everything) of what :meth:`sleep` released."""
         if not self.asleep:
             return False
+        free_cached_device_memory()
         self.llm.wake_up(tags=list(tags) if tags is not None else None)
         if tags is None or KV_CACHE in tags:
             self.asleep = False

@@ -18,6 +18,7 @@ from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.seeds import SeedKey, group_seeds
 from services.rollout.vllm_bridge import (
     engine_kwargs,
+    free_cached_device_memory,
     on_cpu,
     response_from,
     sampling_params,
@@ -162,6 +163,7 @@ class RolloutEngine(EngineBase):
         """Bring back what :meth:`sleep` released; False when the engine was not asleep (nothing to do)."""
         if self._sleep_level is None:
             return False
+        free_cached_device_memory()
         if not self.llm.wake_up():
             raise RuntimeError("vLLM did not wake up fully")
         self._sleep_level = None

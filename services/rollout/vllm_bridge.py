@@ -64,6 +64,18 @@ def check_platform(config: RolloutConfig) -> None:
         )
 
 
+def free_cached_device_memory() -> None:
+    """Hand this process's cached, unused CUDA blocks back to the device before an engine wakes: the
+    update's freed activations stay reserved by PyTorch's caching allocator, which vLLM's sleep-mode pool
+    (an allocator of its own) cannot reuse, so a colocated wake-up would otherwise run out of memory
+    beside them (verl empties the cache before it wakes its engines too). A no-op without CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 def on_cpu() -> bool:
     from vllm.platforms import current_platform
 
