@@ -47,6 +47,7 @@ from services.rollout.weight_sync import check_announced, check_bucket, checkpoi
 
 log = logging.getLogger(__name__)
 
+SHUTDOWN_WAIT_S = 120.0  # for a rank to stop its shard (vLLM's engine core and groups)
 #: vLLM's sleep-mode tags: what ``wake_up`` may bring back one at a time
 WEIGHTS, KV_CACHE = "weights", "kv_cache"
 
@@ -253,4 +254,14 @@ class ColocatedEngine:
         return any(self._all("engine_wake"))
 
     def shutdown(self) -> None:
-        self._all("engine_shutdown")
+        """Stop the group's shards, waiting at most ``SHUTDOWN_WAIT_S``: a rank still busy in a hung call
+        (an actor runs one call at a time) would never take the shutdown, and the actor group's own
+        shutdown kills it after this."""
+        import ray
+
+        refs = [w.engine_shutdown.remote() for w in self.workers]
+        done, stuck = ray.wait(refs, num_returns=len(refs), timeout=SHUTDOWN_WAIT_S)
+        if stuck:
+            log.warning("%d colocated shard(s) did not stop in time (busy or hung): left to the ranks' shutdown",
+                        len(stuck))  # fmt: skip
+        ray.get(done)
