@@ -246,3 +246,21 @@ def test_hostile_file_names_in_train_and_eval_errors(reelrl_home, tmp_path, comm
     shown = no_crash(result, 2)
     assert SHOWN in shown.replace("\n", ""), shown
     assert "\u202e" not in shown
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "{f}", "actor.model_path=m", "data.train_files=[t.jsonl]"],
+        ["eval", "run", "--config", "{f}", "--model", "m", "--benchmarks", "mvbench", "--data-root", "d"],
+    ],
+    ids=["train", "eval"],
+)
+def test_a_number_yaml_reads_as_a_string_is_still_refused_when_not_finite(reelrl_home, tmp_path, command):
+    """YAML reads 1e400 (no dot) as the string "1e400", which pydantic turns into infinity."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "actor: {optim: {lr: 1e400}}\n" if command[0] == "train" else "preprocess_timeout_s: 1e400\n"
+    )
+    shown = no_crash(runner.invoke(app, [part.format(f=config) for part in command]), 2)
+    assert "finite number" in shown and ("actor.optim.lr" in shown or "timeout_s" in shown), shown

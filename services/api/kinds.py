@@ -49,7 +49,11 @@ class KindSpec:
 
         Raises ``pydantic.ValidationError`` naming the bad fields, or :class:`KindUnavailable`.
         """
-        return self.load_model().model_validate(config).model_dump(mode="json")
+        from services.common.config_files import check_finite_fields
+
+        model = self.load_model().model_validate(config)
+        check_finite_fields(model)  # "Infinity" or "1e400" as a string, which pydantic reads as a float
+        return model.model_dump(mode="json")
 
 
 KINDS: dict[JobKind, KindSpec] = {

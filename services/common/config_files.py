@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails
 
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 
@@ -46,6 +48,29 @@ def refuse_non_finite(value: Any, source: str, key: str = "") -> None:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             refuse_non_finite(item, source, f"{key}[{i}]")
+
+
+def check_finite_fields(model: BaseModel) -> None:
+    """A ``ValidationError`` (type ``finite_number``, located at each field) when a validated config
+    holds a non-finite float. The number checks above see only numbers; pydantic also reads the
+    strings "inf", "Infinity", "nan" and "1e400" as floats, and YAML writes ``1e400`` (no dot) as such
+    a string, so a config could still reach infinity, or be stored as null. Every door (the API's
+    kinds, ``reelrl train``, ``reelrl eval run``) runs this on the model it validated."""
+    errors: list[InitErrorDetails] = []
+
+    def walk(value: Any, loc: tuple[str | int, ...]) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append(InitErrorDetails(type="finite_number", loc=loc, input=str(value)))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, (*loc, str(key)))
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, (*loc, i))
+
+    walk(model.model_dump(mode="python"), ())
+    if errors:
+        raise ValidationError.from_exception_data(type(model).__name__, errors)
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:

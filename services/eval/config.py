@@ -180,7 +180,12 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
     """``values`` (CLI flags and dotted overrides, already nested) over the YAML at ``path``."""
-    from services.common.config_files import ConfigFileError, read_yaml_mapping, refuse_non_finite
+    from services.common.config_files import (
+        ConfigFileError,
+        check_finite_fields,
+        read_yaml_mapping,
+        refuse_non_finite,
+    )
 
     base: dict[str, Any] = {}
     if path is not None:
@@ -193,7 +198,9 @@ def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
     except ConfigFileError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return EvalConfig.model_validate(merge(base, values))
+        config = EvalConfig.model_validate(merge(base, values))
+        check_finite_fields(config)  # "inf" or "1e400" (YAML's string) read as a float
+        return config
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg'].removeprefix('Value error, ')}"

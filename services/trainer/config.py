@@ -359,8 +359,12 @@ def _format_errors(exc: ValidationError) -> str:
 
 
 def parse_config(data: dict[str, Any]) -> TrainConfig:
+    from services.common.config_files import check_finite_fields
+
     try:
-        return TrainConfig.model_validate(data)
+        config = TrainConfig.model_validate(data)
+        check_finite_fields(config)  # "inf" or "1e400" (YAML's string) read as a float
+        return config
     except ValidationError as exc:
         raise ConfigError(f"invalid training config: {_format_errors(exc)}") from None
 

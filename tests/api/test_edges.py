@@ -45,6 +45,17 @@ def test_non_finite_numbers_are_422_naming_the_field(client, template, loc, numb
     assert list_jobs()[1] == 0
 
 
+@pytest.mark.parametrize("text", ['"Infinity"', '"1e400"'])
+def test_non_finite_numbers_written_as_strings_are_422_too(client, text):
+    """pydantic reads these strings as floats (and `reelrl submit` sends YAML's 1e400 as one): refused
+    like the numbers, naming the field (before: accepted, a timeout_s of infinity stored as null)."""
+    response = post_raw(client, PREPROCESS % f'"timeout_s": {text}')
+    assert response.status_code == 422, response.text
+    errors = {".".join(map(str, e["loc"])): e for e in response.json()["detail"]}
+    assert errors["body.config.timeout_s"]["type"] == "finite_number", errors
+    assert list_jobs()[1] == 0
+
+
 def test_finite_numbers_still_pass(client):
     response = post_raw(client, PREPROCESS % '"timeout_s": 1e3, "video_params": {"fps": 0.5}')
     assert response.status_code == 202, response.text
