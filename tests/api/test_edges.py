@@ -221,6 +221,10 @@ def test_two_live_train_jobs_may_not_share_an_output_dir(client, data_root):
     again = client.post("/v1/jobs", json=body)
     assert again.status_code == 409, again.text
     assert first.json()["id"] in again.json()["detail"] and "output_dir" in again.json()["detail"]
+    # the same folder spelled otherwise is the same folder
+    for spelling in ("./runs/./a/", "runs/b/../a", str(data_root / "runs" / "a")):
+        other = client.post("/v1/jobs", json=train_body(data_root, output_dir=spelling))
+        assert other.status_code == 409, (spelling, other.text)
     # The same idempotency key is the same job, not a conflict; another folder is another job.
     keyed = client.post(
         "/v1/jobs", json={**train_body(data_root, output_dir="runs/b"), "idempotency_key": "k1"}
