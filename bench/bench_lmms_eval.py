@@ -98,9 +98,10 @@ async def ours(
     from services.rollout.async_engine import AsyncRolloutEngine
 
     manifest = run_manifest(str(model), "bench", FAMILY, config, False)
+    counting = PromptCounter(None)
     # lmms-eval stops at the end-of-sequence token and cannot be told otherwise: so does ours here
     sampling = {"max_tokens": max_tokens}
-    engine = AsyncRolloutEngine(model, config, source=store)
+    engine = counting.engine = AsyncRolloutEngine(model, config, source=store)
     walls, answers = [], {}
     try:
         for attempt in range(repeats + 1):  # attempt 0 warms up on the video the timed passes never see
@@ -113,7 +114,7 @@ async def ours(
             answers = {}
             started = time.perf_counter()
             pipeline = Pipeline(
-                engine, run_id=run_id, run_manifest=manifest, family=FAMILY, thinking=False,
+                counting if attempt == 0 else engine, run_id=run_id, run_manifest=manifest, family=FAMILY, thinking=False,
                 concurrency=concurrency, io_threads=2, queue_size=2 * concurrency, sampling=sampling,
                 on_result=lambda b, item, answers=answers: answers.__setitem__(item.id, item.response),
             )  # fmt: skip
@@ -122,7 +123,22 @@ async def ours(
                 walls.append(time.perf_counter() - started)
     finally:
         await engine.aclose()
-    return {"walls": walls, "answers": answers}
+    return {"walls": walls, "answers": answers, "warmup_prompt_tokens": counting.prompt_tokens}
+
+
+class PromptCounter:
+    """The engine as the pipeline calls it, noting each prompt's token count (the warm-up pass only)."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.prompt_tokens = engine, []
+
+    async def generate(self, *args, **kwargs):
+        prompt_ids, responses = await self.engine.generate(*args, **kwargs)
+        self.prompt_tokens.append(len(prompt_ids))
+        return prompt_ids, responses
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
 
 
 def same_answers(peer: dict[str, str], mine: dict[str, str | None]) -> tuple[int, list[str]]:
@@ -226,6 +242,9 @@ def main() -> None:
     print(f"{'engine start-up (s, untimed)':30}{peer['engine_s']:>12.1f}")
     print(
         f"passes (s): lmms-eval {[round(w, 2) for w in peer['walls']]}, ours {[round(w, 2) for w in mine['walls']]}"
+    )
+    print(
+        f"prompt tokens per sample (warm-up video): lmms-eval {sorted(set(peer['warmup_prompt_tokens']))}, ours {sorted(set(mine['warmup_prompt_tokens']))}"
     )
     print(f"ours' one-off decode of {args.videos + 1} videos into the frame store: {preprocess_s:.2f} s")
     print(f"speed-up: {speedup:.2f}x (with ours' decode: {cold:.2f}x)")

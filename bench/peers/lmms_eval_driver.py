@@ -71,9 +71,12 @@ def main() -> None:
             verbosity="WARNING",
         )  # fmt: skip
 
+    engine = lm.client
+    lm.client = counting = PromptCounter(engine)  # the warm-up only: the timed passes run unwrapped
     started = time.perf_counter()
     evaluate("reelrl_lvbench_warmup")  # first-call allocations, on a video the timed passes never see
     warmup_s = time.perf_counter() - started
+    lm.client = engine
     walls, results = [], {}
     for _ in range(args.repeats):
         started = time.perf_counter()
@@ -86,12 +89,33 @@ def main() -> None:
         "model_kwargs": model_kwargs(args),
         "engine_s": engine_s,
         "warmup_s": warmup_s,
+        "warmup_prompt_tokens": counting.prompt_tokens,
         "walls": walls,
         "responses": {s["doc"]["id"]: _text(s["resps"]) for s in samples},
         "correct": {s["doc"]["id"]: bool(s["lvbench_score"]) for s in samples},
         "score": results["results"]["reelrl_lvbench"].get("lvbench_score,none"),
     }
     Path(args.out).write_text(json.dumps(report, indent=2))
+
+
+class PromptCounter:
+    """``vllm.LLM`` as lmms-eval calls it, noting each prompt's token count (what its frames became)."""
+
+    def __init__(self, llm) -> None:
+        self.llm, self.prompt_tokens = llm, []
+
+    def _note(self, outputs):
+        self.prompt_tokens += [len(o.prompt_token_ids) for o in outputs]
+        return outputs
+
+    def chat(self, *args, **kwargs):
+        return self._note(self.llm.chat(*args, **kwargs))
+
+    def generate(self, *args, **kwargs):
+        return self._note(self.llm.generate(*args, **kwargs))
+
+    def __getattr__(self, name):
+        return getattr(self.llm, name)
 
 
 def _text(resps: list) -> str:
