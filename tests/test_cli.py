@@ -187,6 +187,30 @@ def test_submit_sends_an_idempotency_key_and_resends_it_after_a_timeout(tmp_path
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith("reelrl-submit-")
 
 
+def test_a_resend_that_finds_the_job_failed_is_not_a_success(tmp_path, monkeypatch):
+    """A broker outage answers 503 and fails the job it recorded; the resend with the same key names
+    that failed job (202, created false). Exit 1 with its reason (before: exit 0, "job … failed")."""
+    from services.api.cli import submit_command
+    from services.api.client import ApiClient
+
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    config = tmp_path / "job.yaml"
+    config.write_text("dataset: train.jsonl\nout: o.jsonl\n")
+    job_id, reason = "b" * 32, "could not enqueue on the broker: Connection refused"
+    answers = iter([
+        httpx.Response(503, json={"detail": f"job {job_id}: {reason}"}),
+        httpx.Response(202, json={"id": job_id, "state": "failed", "created": False}),
+    ])  # fmt: skip
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"id": job_id, "state": "failed", "reason": reason})
+        return next(answers)
+
+    api = ApiClient("http://127.0.0.1:9", transport=httpx.MockTransport(answer))
+    assert submit_command("preprocess", config, [], None, False, api=api) == 1
+
+
 @pytest.mark.integration
 def test_serve_api_honours_reelrl_api_host_and_says_when_open_is_not_loopback(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("REELRL_") or k.startswith("REELRL_TEST_")}

@@ -130,6 +130,14 @@ def submit_command(
                     f"sending it again in {wait} s with idempotency key {plain(key)}"
                 )
                 time.sleep(wait)
+        if accepted["state"] == "failed":
+            # A resend after the 503 of a broker outage names the job that outage failed: not a success.
+            reason = api.job(accepted["id"]).get("reason") or "no reason recorded"
+            console.print(
+                f"[red]{plain(kind)} job {plain(accepted['id'])} failed[/red]: {plain(reason)}; submit "
+                "again (without --key) once the cause is fixed"
+            )
+            return 1
         note = "" if accepted["created"] else " (existing job for this idempotency key)"
         console.print(f"{plain(kind)} job {plain(accepted['id'])} {plain(accepted['state'])}{note}")
         out.print(plain(accepted["id"]))
