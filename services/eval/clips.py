@@ -42,6 +42,10 @@ def clip_params(family: FamilyName | str, *layers: Mapping[str, Any]) -> VideoPa
     return VideoParams.model_validate(merged)
 
 
+class PreprocessStopped(Exception):
+    """The run's stop flag was raised while its clips were being planned (hashed) or preprocessed."""
+
+
 @dataclass
 class PlannedSample:
     """A sample with the clip key and parameters of each of its videos, or why it cannot run."""
@@ -56,8 +60,14 @@ class PlannedSample:
 class ClipPlanner:
     """Hashes each video file once per run (many questions share a video)."""
 
-    def __init__(self, store: FrameStore, roots: Sequence[Path] | None = None) -> None:
+    def __init__(
+        self,
+        store: FrameStore,
+        roots: Sequence[Path] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
         self.store = store
+        self.stop = stop  # asked before each sample: hashing a benchmark's videos reads every byte
         # video names come from annotation files: with data roots configured, each must stay inside
         # them (a "../" or absolute name would read any file on the server)
         given = get_settings().data_roots if roots is None else roots
@@ -74,6 +84,8 @@ class ClipPlanner:
     def plan(self, samples: Sequence[Sample], video_root: Path, params: VideoParams) -> list[PlannedSample]:
         planned = []
         for sample in samples:
+            if self.stop is not None and self.stop():
+                raise PreprocessStopped("stopped while planning clips")
             item = PlannedSample(sample)
             planned.append(item)
             if sample.images:
@@ -106,10 +118,6 @@ class ClipPlanner:
 
     def missing(self, planned: Sequence[PlannedSample]) -> list[PlannedSample]:
         return [p for p in planned if p.error is None and not all(self.store.has(k) for k in p.keys)]
-
-
-class PreprocessStopped(Exception):
-    """The run's stop flag was raised while its clips were being preprocessed."""
 
 
 def preprocess_missing(

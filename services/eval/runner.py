@@ -136,8 +136,12 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
     report = RunReport(run_id, output_dir)
     family = checkpoint_family(config.model)
     store = FrameStore.from_settings()
-    planner = ClipPlanner(store)
-    plans = plan_benchmarks(config, family, planner)
+    planner = ClipPlanner(store, stop=hooks.stop)
+    try:
+        plans = plan_benchmarks(config, family, planner)
+    except PreprocessStopped:  # a cancel before the run was opened: nothing to record
+        report.stopped = True
+        return report
     manifest = run_manifest(
         str(config.model.resolve()), model_fingerprint(config.model), family, config.rollout, config.thinking
     )

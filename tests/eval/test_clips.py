@@ -3,9 +3,11 @@ are configured (a per-sample error otherwise, never a read elsewhere on the serv
 
 from __future__ import annotations
 
+import pytest
+
 from services.common.frames import FrameStore, VideoParams
 from services.common.samples import Sample
-from services.eval.clips import ClipPlanner
+from services.eval.clips import ClipPlanner, PreprocessStopped
 
 
 def test_video_names_outside_the_data_roots_fail_their_sample(tmp_path, reelrl_home, monkeypatch):
@@ -33,3 +35,20 @@ def test_video_names_outside_the_data_roots_fail_their_sample(tmp_path, reelrl_h
     reset_settings_cache()
     planned = ClipPlanner(store).plan(samples, root / "bench", VideoParams())
     assert [p.error for p in planned] == [None, None, None]
+
+
+def test_planning_stops_when_the_stop_flag_is_raised(tmp_path):
+    """Planning hashes every byte of a benchmark's videos; a raised stop flag ends it before the next
+    sample (an eval job cancelled there ends at once)."""
+    (tmp_path / "a.mp4").write_bytes(b"video")
+    samples = [Sample(id=f"s{i}", problem="?", problem_type="free-form", videos=("a.mp4",)) for i in range(3)]
+    asked = []
+
+    def stop() -> bool:
+        asked.append(True)
+        return len(asked) > 1  # raised once the first sample is planned
+
+    planner = ClipPlanner(FrameStore(tmp_path / "frames"), roots=[], stop=stop)
+    with pytest.raises(PreprocessStopped):
+        planner.plan(samples, tmp_path, VideoParams())
+    assert len(asked) == 2
