@@ -59,7 +59,8 @@ def side_python(name: str, lock: Path) -> Path:
     if (root / READY).exists():
         return python
     requirements = pins(lock)
-    shutil.rmtree(root, ignore_errors=True)
+    for stale in WORK.glob(f"{name}-*"):  # earlier pins' envs: only the current one is kept on disk
+        shutil.rmtree(stale, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     print(f"[side-env] building {root} from {lock.name} ({len(requirements)} pins) ...", flush=True)
     _run([sys.executable, "-m", "venv", str(root)], "python -m venv")
