@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from services.rollout.config import GiB, RolloutConfig
@@ -92,7 +94,22 @@ def seedable_kwargs(kwargs: dict[str, Any], cpu: bool) -> dict[str, Any]:
     if not cpu or "enable_chunked_prefill" in kwargs:
         return kwargs
     budget = max(kwargs["max_model_len"], kwargs.get("max_num_batched_tokens", 0))
-    return {**kwargs, "enable_chunked_prefill": False, "max_num_batched_tokens": budget}
+    whole = {**kwargs, "enable_chunked_prefill": False, "max_num_batched_tokens": budget}
+    if kwargs.get("model") and hybrid_attention(kwargs["model"]):
+        # A model with linear-attention (mamba-like) layers caches prefixes only in vLLM's "align" mode,
+        # which needs chunked prefill: whole prefills then cost the prefix cache, not the seeds.
+        whole["enable_prefix_caching"] = False
+    return whole
+
+
+def hybrid_attention(model: str | Path) -> bool:
+    """Whether a checkpoint mixes linear-attention layers into its language model (Qwen3.5)."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    text = config.get("text_config") or config
+    return "linear_attention" in (text.get("layer_types") or ())
 
 
 def seeds_supported(kwargs: dict[str, Any], cpu: bool) -> bool:
