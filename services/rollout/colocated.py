@@ -26,6 +26,8 @@ no-ops that say so, and the update shares the host memory with the engines.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -184,6 +186,33 @@ class ColocatedShard:
             llm.llm_engine.engine_core.shutdown()
 
 
+def core_share(cores: Sequence[int], index: int, count: int) -> list[int]:
+    """The ``index``-th of ``count`` equal, disjoint slices of ``cores`` (all of them when there are
+    fewer cores than ranks: sharing is then unavoidable)."""
+    if count <= 1 or len(cores) < count:
+        return list(cores)
+    share = len(cores) // count
+    return list(cores[index * share : (index + 1) * share])
+
+
+def bind_own_cores(rank: int) -> None:
+    """On vLLM's CPU backend, pin this rank's shard to its own cores. Its ``auto`` binding picks cores by
+    local rank, and every rank on Ray is local rank 0: two shards on one host then bound the same cores
+    and their OpenMP teams starved each other (a 2-step run took 60 s, or stalled for 10 minutes). A
+    ``VLLM_CPU_OMP_THREADS_BIND`` other than ``auto`` is kept. Every rank calls this at once (one
+    gather of host names: the ranks that share this host split its cores in rank order)."""
+    import torch.distributed as dist
+
+    hosts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
+        return
+    here = [r for r, host in enumerate(hosts) if host == hosts[rank]]
+    cores = core_share(sorted(os.sched_getaffinity(0)), here.index(rank), len(here))
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
+    log.info("colocated shard of rank %d bound to cores %s", rank, os.environ["VLLM_CPU_OMP_THREADS_BIND"])
+
+
 class ColocatedRolloutEngine(RolloutEngine):
     """A :class:`~services.rollout.engine.RolloutEngine` (prompts, media, groups, caches, versions) whose
     vLLM is this rank's colocated shard: built by every rank of the world at once, inside the rank's
@@ -197,6 +226,8 @@ class ColocatedRolloutEngine(RolloutEngine):
             raise RuntimeError("a colocated engine joins the actor ranks' process group: initialise it first")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.engine_index = self.rank // self.config.engine.tensor_parallel_size
+        if on_cpu():
+            bind_own_cores(self.rank)
         kwargs = seedable_kwargs(
             colocated_kwargs(self.checkpoint.path, self.config, self.world_size), on_cpu()
         )
