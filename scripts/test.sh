@@ -3,6 +3,7 @@
 # Redis answer (starting them where this machine can), lints, then runs every test tier.
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/reward -x`).
 #   REELRL_TEST_TIER=quick  the everyday tier (`make test-quick`): unit and fast integration tests
+#   REELRL_TEST_WORKERS=N   test sessions at once (default 2 for a whole run; 0: one process)
 #   CI=true                 also runs the `twin` subset twice at once first: two test sessions on one
 #                           machine must not disturb each other (own Redis db, temp dir, segments)
 set -euo pipefail
@@ -24,14 +25,23 @@ ruff check services tests bench
 ruff format --check services tests bench
 # -p no:cacheprovider: CI runs from a clean clone; nothing to carry between runs.
 pytest=(python -m pytest -p no:cacheprovider)
+single=("${pytest[@]}")
+# A whole run uses two test sessions at once (pytest-xdist, whole files per worker so a file's shared
+# engine starts once): each keeps to its own Redis database, temp folder and schemas (tests/conftest.py).
+# Many tests wait on processes they start, so two sessions on 2 cores take ~1.45x less time than one
+# (docs/benchmarks.md, "Test suite"). REELRL_TEST_WORKERS=0 runs in one process; given test paths or
+# options, the run is a plain single session unless REELRL_TEST_WORKERS is set.
+if [ $# -eq 0 ] || [ -n "${REELRL_TEST_WORKERS:-}" ]; then
+    pytest+=(-n "${REELRL_TEST_WORKERS:-2}" --dist loadfile)
+fi
 if [ "${REELRL_TEST_TIER:-full}" = quick ]; then
     exec "${pytest[@]}" -m "not slow and not e2e" --durations=10 "$@"
 fi
 if [ "${CI:-}" = true ] && [ $# -eq 0 ]; then
     echo "[test] two sessions side by side: the twin subset, twice at once" >&2
     logs=$(mktemp -d)
-    "${pytest[@]}" -q -m twin >"$logs/a.log" 2>&1 & a=$!
-    "${pytest[@]}" -q -m twin >"$logs/b.log" 2>&1 & b=$!
+    "${single[@]}" -q -m twin >"$logs/a.log" 2>&1 & a=$!
+    "${single[@]}" -q -m twin >"$logs/b.log" 2>&1 & b=$!
     status=0
     wait "$a" || status=1
     wait "$b" || status=1

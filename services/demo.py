@@ -23,6 +23,7 @@ from rich.table import Table
 console = Console(stderr=True)
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "tiny_cpu.yaml"
+SUMMARY = "summary.json"  # in the demo's folder: the before/after figures the table shows
 
 
 def _phase(text: str) -> None:
@@ -130,6 +131,25 @@ def train(files: dict[str, Path], steps: int, output: Path) -> dict[str, Any]:
         return run_train_job(job_id, on_step=[on_step])
 
 
+def write_summary(
+    path: Path, before: Evaluation, after: Evaluation, result: dict[str, Any], videos: int, minutes: float
+) -> None:
+    """What the table shows, for scripts (bench/bench_demo.py): accuracies as fractions, job ids whole."""
+    from services.eval.outputs import write_json_atomic
+
+    write_json_atomic(
+        path,
+        {
+            "before": {"accuracy": before.accuracy, "samples": before.samples, "job_id": before.job_id},
+            "after": {"accuracy": after.accuracy, "samples": after.samples, "job_id": after.job_id},
+            "steps": result["steps"],
+            "train_videos": videos,
+            "val_format": result.get("val/format"),
+            "minutes": round(minutes, 2),
+        },
+    )
+
+
 def serve(port: int) -> int:
     """The status page until stopped; 0 after SIGTERM, 130 after Ctrl-C (``serve_api``'s status)."""
     from services.api.cli import serve_api
@@ -192,9 +212,11 @@ def _run_demo(
         f"{result.get('val/format', float('nan')):.2f}", after.job_id[:8],
     )  # fmt: skip
     console.print(table)
+    minutes = (time.monotonic() - started) / 60
+    write_summary(folder / SUMMARY, before, after, result, videos, minutes)
     console.print(
         f"metrics: {escape(str(run_dir / 'metrics.jsonl'))}; curves: `reelrl serve api`; "
-        f"whole demo {(time.monotonic() - started) / 60:.1f} min"
+        f"whole demo {minutes:.1f} min; summary: {escape(str(folder / SUMMARY))}"
     )
     if log is not None:
         console.print(f"vLLM, torch and worker output: {escape(str(log))} (shown with --verbose)")

@@ -11,10 +11,12 @@ look at the segments its own processes map (:func:`own_shm_segments`).
 
 from __future__ import annotations
 
+import faulthandler
 import getpass
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 import uuid
@@ -32,9 +34,34 @@ REDIS_DBS = range(1, 16)
 CLAIM_KEY = "reelrl-test:db-claim:{}"
 _session: dict[str, object] = {}
 #: a suite still running after this many seconds fails each remaining test at once, naming the budget:
-#: CI's 90 minutes (environment build included) would otherwise cut it off with no report at all
-SUITE_BUDGET_S = float(os.environ.get("REELRL_TEST_BUDGET_S", "3600"))
+#: CI's 90 minutes (environment build included) would otherwise cut it off with no report at all. Twice
+#: the suite's 20-minute target, so a slow machine still finishes and a stalled suite fails early.
+SUITE_BUDGET_S = float(os.environ.get("REELRL_TEST_BUDGET_S", "2400"))
 _STARTED = time.monotonic()
+#: seconds past a test's own timeout (pytest-timeout) after which the session stops, printing every
+#: thread's stack: the timeout's SIGALRM cannot interrupt a thread blocked in C code, and a test stuck
+#: there would otherwise hold CI until its 90 minutes run out, with no word of which test or where
+WATCHDOG_GRACE_S = float(os.environ.get("REELRL_TEST_WATCHDOG_GRACE_S", "120"))
+
+
+def timeout_of(item: pytest.Item) -> float:
+    """The test's pytest-timeout limit: its ``timeout`` mark, else the ini's ``timeout``."""
+    mark = item.get_closest_marker("timeout")
+    if mark is not None and mark.args:
+        return float(mark.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    limit = timeout_of(item)
+    if limit > 0:
+        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=_session["stderr"])
+    try:
+        yield
+    finally:
+        if limit > 0:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -47,7 +74,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, files holding slow tests go first (in their order, then the rest): the two
+    sessions start on the long runs and the many short tests fill in at the end, instead of one session
+    finishing its last long file alone."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order is kept
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # The watchdog writes from C when it fires, to a file descriptor: the session's real stderr, not the
+    # capture file that stands in for it while a test runs (pytest's capture is suspended to reach it).
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)
+    try:
+        _session["stderr"] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+    finally:
+        if capture is not None:
+            capture.resume_global_capture()
     # A short private temp folder (Ray's AF_UNIX socket paths must stay under 107 characters): files
     # that this session's processes leave behind land here, not among another session's.
     folder = tempfile.mkdtemp(prefix=f"rt{os.getpid()}-", dir="/tmp")
@@ -62,6 +109,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    stderr = _session.pop("stderr", None)
+    if stderr is not None:
+        stderr.close()
     db = _session.pop("redis_db", None)
     if db is not None:
         import redis

@@ -64,6 +64,12 @@ def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tm
     for row, job in zip((before, after), evals, strict=True):
         assert float(row[0]) == pytest.approx(job.result["video_r1/overall"] / 100, abs=5e-4)
     assert train.result["steps"] == STEPS and train.progress.done == STEPS
+    # summary.json (what bench/bench_demo.py reads) holds the table's figures and the same jobs
+    summary = json.loads((folder / "summary.json").read_text())
+    for side, row, job in (("before", before, evals[0]), ("after", after, evals[1])):
+        assert f"{summary[side]['accuracy']:.3f}" == row[0] and summary[side]["samples"] == held_out
+        assert summary[side]["job_id"] == job.id
+    assert summary["steps"] == STEPS and summary["train_videos"] == VIDEOS and summary["minutes"] > 0
 
     # The metrics file it points at holds every step once (0: the validation before training).
     path = Path(re.search(r"metrics: (\S+metrics\.jsonl)", output.replace("\n", "")).group(1))

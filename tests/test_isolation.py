@@ -1,12 +1,15 @@
 """Two test sessions on one machine keep apart (tests/conftest.py): each claims its own Redis database
-and temp folder, and a suite past its time budget fails the tests it did not reach, saying why."""
+and temp folder, a suite past its time budget fails the tests it did not reach, saying why, and a test
+stuck past its timeout stops the session with every thread's stack."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,21 @@ def test_a_suite_past_its_time_budget_fails_the_tests_it_did_not_reach():
     assert "the suite's time budget is spent" in child.stdout
     assert "REELRL_TEST_BUDGET_S=0" in child.stdout
     assert " passed" not in child.stdout.splitlines()[-1]
+
+
+def test_a_test_stuck_where_its_timeout_cannot_reach_stops_the_session_with_its_stack():
+    """pytest-timeout's SIGALRM cannot interrupt a thread blocked in C code (simulated here by blocking
+    the signal): the conftest's watchdog then ends the session, printing where each thread was."""
+    if os.environ.get(CHILD_OUT) == "stuck":
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        time.sleep(60)
+        return
+    name = test_a_test_stuck_where_its_timeout_cannot_reach_stops_the_session_with_its_stack.__name__
+    started = time.monotonic()
+    child = child_session(
+        f"{__file__}::{name}", "-o", "timeout=1", **{CHILD_OUT: "stuck", "REELRL_TEST_WATCHDOG_GRACE_S": "2"}
+    )
+    assert time.monotonic() - started < 45, "the watchdog did not stop the stuck session"
+    assert child.returncode == 1, child.stdout + child.stderr
+    assert "Timeout (0:00:03)!" in child.stderr, child.stderr
+    assert f"in {name}" in child.stderr and "test_isolation.py" in child.stderr, child.stderr
