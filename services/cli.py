@@ -71,7 +71,7 @@ def demo(
     folder: Path = typer.Option(
         None, "--dir", help="Where the demo's data and runs go (default: $REELRL_HOME/demo)."
     ),
-    steps: int = typer.Option(300, min=1, help="Training steps (about 0.6 s each on 2 CPU cores)."),
+    steps: int = typer.Option(400, min=1, help="Training steps (about 0.6 s each on 2 CPU cores)."),
     videos: int = typer.Option(64, min=1, help="Training task videos (held-out: half as many)."),
     workers: int = typer.Option(2, min=1, help="Preprocessing worker processes."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Do not serve the status page at the end."),
