@@ -9,7 +9,8 @@ shell, and records what its summary file says:
 - ``demo_heldout_accuracy``: held-out accuracy of the trained model (the table's "after" row);
 - ``demo_heldout_before``: the untrained model's;
 - ``demo_minutes``: the whole demo's wall time, data to the second evaluation (the demo's own clock);
-- ``demo_console_lines``: lines the console showed (vLLM's and torch's output goes to demo.log).
+- ``demo_console_lines``: lines the console showed (vLLM's and torch's output goes to demo.log);
+- ``demo_steps``, ``demo_train_videos``: the defaults that run used.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def main() -> None:
         "demo_heldout_before": round(summary["before"]["accuracy"], 4),
         "demo_minutes": round(summary["minutes"], 1),
         "demo_console_lines": lines,
+        "demo_steps": summary["steps"],  # the defaults the figures belong to
+        "demo_train_videos": summary["train_videos"],
     }
     print(json.dumps(figures), flush=True)
     record(figures, watch)

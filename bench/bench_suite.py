@@ -2,10 +2,13 @@
 
     python -m bench.bench_suite            # suite_minutes: one `make test` (CI=true, as .ci/run runs it)
     python -m bench.bench_suite --beside   # also suite_minutes_beside: two at once, each in its own clone
+    python -m bench.bench_suite --beside --no-single   # only the two at once
 
 Each run is the real suite (scripts/test.sh) in a fresh clone of this checkout's HEAD under
 bench/.work/suite, so what is measured is what CI runs. Both runs must pass; a failing suite records
-nothing. Figures go to bench/results.json with the machine's load (bench/results.py).
+nothing. Two suites at once get twice the suite's time budget (REELRL_TEST_BUDGET_S, a guard against a
+stalled CI run, not a target). Figures go to bench/results.json with the machine's load
+(bench/results.py).
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ def clone(name: str) -> Path:
     return target
 
 
-def start_suite(folder: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "CI": "true"}
+BESIDE_BUDGET_S = 4800  # twice tests/conftest.py's default
+
+
+def start_suite(folder: Path, log: Path, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CI": "true", **extra_env}
     with open(log, "wb") as out:
         return subprocess.Popen(["make", "test"], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -41,7 +47,8 @@ def run_suites(count: int) -> float:
     folders = [clone(f"clone-{i}") for i in range(count)]
     logs = [WORK / f"suite-{count}-{i}.log" for i in range(count)]
     started = time.monotonic()
-    procs = [start_suite(folder, log) for folder, log in zip(folders, logs, strict=True)]
+    extra = {"REELRL_TEST_BUDGET_S": str(BESIDE_BUDGET_S)} if count > 1 else {}
+    procs = [start_suite(folder, log, extra) for folder, log in zip(folders, logs, strict=True)]
     codes = [proc.wait() for proc in procs]
     minutes = (time.monotonic() - started) / 60
     for code, log in zip(codes, logs, strict=True):
@@ -55,11 +62,16 @@ def run_suites(count: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--beside", action="store_true", help="also time two suites running at once")
+    parser.add_argument("--no-single", action="store_true", help="with --beside: skip the single suite")
     add_load_argument(parser)
     args = parser.parse_args()
     watch = LoadWatch.begin("bench_suite", args.allow_load)
-    figures = {"suite_minutes": round(run_suites(1), 1)}
-    print(f"one suite: {figures['suite_minutes']} min", flush=True)
+    if args.no_single and not args.beside:
+        parser.error("--no-single needs --beside")
+    figures = {}
+    if not args.no_single:
+        figures["suite_minutes"] = round(run_suites(1), 1)
+        print(f"one suite: {figures['suite_minutes']} min", flush=True)
     if args.beside:
         figures["suite_minutes_beside"] = round(run_suites(2), 1)
         print(f"two suites side by side: {figures['suite_minutes_beside']} min", flush=True)

@@ -32,7 +32,9 @@ single=("${pytest[@]}")
 # (docs/benchmarks.md, "Test suite"). REELRL_TEST_WORKERS=0 runs in one process; given test paths or
 # options, the run is a plain single session unless REELRL_TEST_WORKERS is set.
 if [ $# -eq 0 ] || [ -n "${REELRL_TEST_WORKERS:-}" ]; then
-    pytest+=(-n "${REELRL_TEST_WORKERS:-2}" --dist loadfile)
+    # --no-loadscope-reorder: keep the conftest's order (files with slow tests first); xdist's own
+    # would put files with many tests first and leave the one-test long runs to the end
+    pytest+=(-n "${REELRL_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 fi
 if [ "${REELRL_TEST_TIER:-full}" = quick ]; then
     exec "${pytest[@]}" -m "not slow and not e2e" --durations=10 "$@"

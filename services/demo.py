@@ -9,6 +9,7 @@ task bodies the API's workers use), so the status page shows them as it would an
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -137,6 +138,7 @@ def write_summary(
     """What the table shows, for scripts (bench/bench_demo.py): accuracies as fractions, job ids whole."""
     from services.eval.outputs import write_json_atomic
 
+    val_format = result.get("val/format")
     write_json_atomic(
         path,
         {
@@ -144,7 +146,7 @@ def write_summary(
             "after": {"accuracy": after.accuracy, "samples": after.samples, "job_id": after.job_id},
             "steps": result["steps"],
             "train_videos": videos,
-            "val_format": result.get("val/format"),
+            "val_format": val_format if val_format is not None and math.isfinite(val_format) else None,
             "minutes": round(minutes, 2),
         },
     )
@@ -190,6 +192,7 @@ def _run_demo(
     folder: Path, steps: int, workers: int, no_serve: bool, port: int, videos: int, log: Path | None
 ) -> int:
     started = time.monotonic()
+    (folder / SUMMARY).unlink(missing_ok=True)  # a failed rerun must not leave the last run's figures
     _phase("1/5 synthetic task videos and a tiny random-weight Qwen2.5-VL")
     files = prepare_data(folder / "data", train_videos=videos, val_videos=max(1, videos // 2))
     console.print(f"data and model in {escape(str(folder / 'data'))}")

@@ -38,30 +38,45 @@ _session: dict[str, object] = {}
 #: the suite's 20-minute target, so a slow machine still finishes and a stalled suite fails early.
 SUITE_BUDGET_S = float(os.environ.get("REELRL_TEST_BUDGET_S", "2400"))
 _STARTED = time.monotonic()
-#: seconds past a test's own timeout (pytest-timeout) after which the session stops, printing every
+#: seconds past a test's own timeout (pytest-timeout) after which its session stops, printing every
 #: thread's stack: the timeout's SIGALRM cannot interrupt a thread blocked in C code, and a test stuck
 #: there would otherwise hold CI until its 90 minutes run out, with no word of which test or where
 WATCHDOG_GRACE_S = float(os.environ.get("REELRL_TEST_WATCHDOG_GRACE_S", "120"))
+_WATCHDOG_DEADLINE = pytest.StashKey[float]()
 
 
 def timeout_of(item: pytest.Item) -> float:
-    """The test's pytest-timeout limit: its ``timeout`` mark, else the ini's ``timeout``."""
-    mark = item.get_closest_marker("timeout")
-    if mark is not None and mark.args:
-        return float(mark.args[0])
-    return float(item.config.getini("timeout") or 0)
+    """The test's pytest-timeout limit, as pytest-timeout itself reads it (mark, --timeout, ini)."""
+    from pytest_timeout import _get_item_settings  # its own reading (pinned version)
+
+    return float(_get_item_settings(item).timeout or 0)
+
+
+def _arm_watchdog(item: pytest.Item) -> None:
+    deadline = item.stash.get(_WATCHDOG_DEADLINE, None)
+    if deadline is not None:
+        remaining = max(1.0, deadline - time.monotonic())
+        faulthandler.dump_traceback_later(remaining, exit=True, file=_session["stderr"])
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     limit = timeout_of(item)
     if limit > 0:
-        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=_session["stderr"])
+        item.stash[_WATCHDOG_DEADLINE] = time.monotonic() + limit + WATCHDOG_GRACE_S
+        _arm_watchdog(item)
     try:
         yield
     finally:
-        if limit > 0:
-            faulthandler.cancel_dump_traceback_later()
+        faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    # pytest's faulthandler plugin cancels the (one, process-wide) timer when a phase fails: re-armed
+    # here, a teardown stuck after a timed-out test is still caught, by the test's own deadline
+    _arm_watchdog(item)
+    yield
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -85,16 +100,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The watchdog writes from C when it fires, to a file descriptor: the session's real stderr, not the
-    # capture file that stands in for it while a test runs (pytest's capture is suspended to reach it).
-    capture = config.pluginmanager.getplugin("capturemanager")
-    if capture is not None:
-        capture.suspend_global_capture(in_=True)
-    try:
-        _session["stderr"] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
-    finally:
-        if capture is not None:
-            capture.resume_global_capture()
+    # The watchdog writes from C when it fires, to a file descriptor: a copy of the session's real
+    # stderr taken now (capture is suspended during configuration), not the capture file that stands
+    # in for fd 2 while a test runs. pytest's own faulthandler plugin keeps its copy the same way.
+    _session["stderr"] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
     # A short private temp folder (Ray's AF_UNIX socket paths must stay under 107 characters): files
     # that this session's processes leave behind land here, not among another session's.
     folder = tempfile.mkdtemp(prefix=f"rt{os.getpid()}-", dir="/tmp")

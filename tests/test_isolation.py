@@ -82,5 +82,32 @@ def test_a_test_stuck_where_its_timeout_cannot_reach_stops_the_session_with_its_
     )
     assert time.monotonic() - started < 45, "the watchdog did not stop the stuck session"
     assert child.returncode == 1, child.stdout + child.stderr
-    assert "Timeout (0:00:03)!" in child.stderr, child.stderr
+    assert "Timeout (0:00:0" in child.stderr, child.stderr  # at the test's deadline: 1 s + 2 s of grace
     assert f"in {name}" in child.stderr and "test_isolation.py" in child.stderr, child.stderr
+
+
+@pytest.fixture
+def teardown_stuck_in_c():
+    yield
+    if os.environ.get(CHILD_OUT) == "stuck-teardown":
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        time.sleep(60)
+
+
+def test_a_teardown_stuck_after_a_timed_out_test_is_caught_too(teardown_stuck_in_c):
+    """pytest-timeout fails the test (its SIGALRM gets through), pytest's faulthandler plugin then
+    cancels the process-wide timer, and the teardown blocks: the watchdog is armed again for it."""
+    if os.environ.get(CHILD_OUT) == "stuck-teardown":
+        time.sleep(30)  # interrupted by pytest-timeout after 1 s
+        return
+    name = test_a_teardown_stuck_after_a_timed_out_test_is_caught_too.__name__
+    started = time.monotonic()
+    child = child_session(
+        f"{__file__}::{name}", "-o", "timeout=1",
+        **{CHILD_OUT: "stuck-teardown", "REELRL_TEST_WATCHDOG_GRACE_S": "2"},
+    )  # fmt: skip
+    assert time.monotonic() - started < 45, "the watchdog did not stop the stuck teardown"
+    assert child.returncode == 1, child.stdout + child.stderr
+    assert "(most recent call first)" in child.stderr and "in teardown_stuck_in_c" in child.stderr, (
+        child.stderr
+    )

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -15,11 +16,12 @@ from services.common.settings import Settings
 #: a stopping pool's longest warm shutdown before it is killed (its tasks are idempotent: a killed
 #: decode is claimed again under its lapsed lease)
 STOP_WAIT_S = 20.0
-#: pools told to stop whose warm shutdown is still under way: waited for when the process exits
-_stopping: list[subprocess.Popen] = []
+#: reapers of pools whose warm shutdown goes on in the background: joined when the process exits
+_stopping: list[threading.Thread] = []
+_stopping_lock = threading.Lock()
 
 
-def _reap(proc: subprocess.Popen, timeout: float | None) -> None:
+def _reap(proc: subprocess.Popen, timeout: float) -> None:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -30,8 +32,10 @@ def _reap(proc: subprocess.Popen, timeout: float | None) -> None:
 @atexit.register
 def wait_for_stopping_pools() -> None:
     """Wait for every pool still in its warm shutdown (a process exits only after its workers)."""
-    while _stopping:
-        _reap(_stopping.pop(), STOP_WAIT_S)
+    with _stopping_lock:
+        reapers, _stopping[:] = list(_stopping), []
+    for reaper in reapers:
+        reaper.join()
 
 
 class WorkerPoolDied(RuntimeError):
@@ -94,21 +98,26 @@ class LocalWorkers:
             where = f" (its log: {self.log_file})" if self.log_file else ""
             raise WorkerPoolDied(f"local celery worker exited with code {self.proc.returncode}{where}")
 
-    def __exit__(self, *exc: object) -> None:
-        """Start the pool's warm shutdown and return without waiting for it (``wait=True`` in
-        :meth:`stop` waits). On the embedded broker a warm shutdown takes ~6 s of idle polling (Celery's
-        loop checks for shutdown every 2 s, then the pool's threads wind down), and the command
-        already has what it waited for: a trainer would spend that twice in every start (training
-        and validation splits). Whatever the pool still runs finishes (warm shutdown); the process
-        waits for it at exit (:func:`wait_for_stopping_pools`)."""
-        self.stop(wait=False)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """After the command got what it waited for, the pool's warm shutdown goes on in the background:
+        on the embedded broker it takes ~6 s of idle polling (Celery's loop looks for a shutdown every
+        2 s, then the pool's threads wind down), twice in every trainer start (training and validation
+        splits). A reaper thread waits for it (at most ``STOP_WAIT_S``, then kills the group) and the
+        process joins the reapers at exit. Leaving on an error (a cancelled job, an interrupt) still
+        waits here: decodes may be under way that nobody needs any more."""
+        self.stop(wait=exc_type is not None)
 
     def stop(self, *, wait: bool = True) -> None:
-        _stopping[:] = [proc for proc in _stopping if proc.poll() is None]  # reap the finished ones
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
         if wait:
             _reap(self.proc, STOP_WAIT_S)
-        else:
-            _stopping.append(self.proc)
+            return
+        reaper = threading.Thread(
+            target=_reap, args=(self.proc, STOP_WAIT_S), name=f"reap-{self.queue}-pool", daemon=True
+        )
+        reaper.start()
+        with _stopping_lock:
+            _stopping[:] = [r for r in _stopping if r.is_alive()]
+            _stopping.append(reaper)

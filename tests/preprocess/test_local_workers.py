@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from services.preprocess import local_workers
 from services.preprocess.local_workers import LocalWorkers
@@ -25,13 +26,23 @@ def test_leaving_the_pool_returns_while_it_stops_and_the_exit_waits_for_it(reelr
             time.sleep(0.05)
         assert worker.children(), "the pool never started its worker process"
     assert pool.proc.poll() is None, "leaving the pool waited for its shutdown"
-    assert pool.proc in local_workers._stopping
+    assert any(reaper.is_alive() for reaper in local_workers._stopping)
     local_workers.wait_for_stopping_pools()
     assert pool.proc.returncode == 0, "a warm shutdown, not a kill"
     assert not local_workers._stopping
 
 
+def test_leaving_the_pool_on_an_error_waits_for_it_to_stop(reelrl_home) -> None:
+    """A cancelled or failed command does not leave decodes running that nobody needs any more."""
+    with pytest.raises(KeyboardInterrupt), LocalWorkers(1) as pool:
+        time.sleep(3)
+        raise KeyboardInterrupt
+    assert pool.proc.poll() is not None, "the pool was still running after the command gave up"
+
+
 def test_a_process_that_leaves_a_pool_exits_only_after_the_pool(reelrl_home, tmp_path) -> None:
+    """However the pool ends (a warm shutdown, or SIGTERM's default before Celery set its handlers),
+    the command's process is gone only after it."""
     pid_file = tmp_path / "pool.pid"
     script = textwrap.dedent(f"""
         import time

@@ -40,7 +40,7 @@ def test_pure_rl_lifts_heldout_accuracy_over_chance(reelrl_home: Path, tmp_path:
     reached: list[int] = []
 
     def watch(step: int, metrics: dict[str, float]) -> None:
-        if step > 0 and metrics.get("val/accuracy", 0.0) >= TARGET:
+        if step > 0 and (metrics.get("val/accuracy") or 0.0) >= TARGET:  # None: not finite
             reached.append(step)
 
     result = Trainer(config, hooks=Hooks(on_step=[watch], stop=lambda: bool(reached))).fit()
