@@ -166,7 +166,10 @@ class EngineRegistry:
         stoppers, self._stoppers = self._stoppers, {}
         for name, stop in stoppers.items():
             stop()
-            segments, private = self._footprints[name]
+            # forgotten with its process: a later rollout test in this session (under pytest-xdist a
+            # worker may come back to tests/rollout after other files) starts a fresh one
+            self._engines.pop(name, None)
+            segments, private = self._footprints.pop(name)
             left = leaked(segments)
             if left:
                 problems.append(f"engine {name} left shared-memory segments {sorted(map(str, left))}")

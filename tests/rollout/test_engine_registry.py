@@ -1,0 +1,34 @@
+"""The rollout tests' shared-engine registry (tests/rollout/conftest.py): an engine stopped when the
+session leaves tests/rollout is forgotten, so coming back (pytest-xdist hands a worker files in any
+order) starts a new one instead of handing out the stopped one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.rollout.conftest import EngineRegistry
+
+
+class FakeEngine:
+    def __init__(self, tmp: Path, n: int) -> None:
+        self.temp_folder = tmp / f"engine-{n}"  # never created: nothing left behind
+        self.stopped = False
+
+    def shutdown(self) -> None:
+        self.stopped = True
+
+
+def test_an_engine_stopped_by_shutdown_all_is_started_again_on_the_next_request(tmp_path: Path) -> None:
+    registry = EngineRegistry(segments=set)
+    started: list[FakeEngine] = []
+
+    def start() -> FakeEngine:
+        started.append(FakeEngine(tmp_path, len(started)))
+        return started[-1]
+
+    first = registry.get("llm-x", start)
+    assert registry.get("llm-x", start) is first  # shared while it runs
+    assert registry.shutdown_all() == [] and first.stopped
+    second = registry.get("llm-x", start)
+    assert second is not first and not second.stopped and len(started) == 2
+    assert registry.shutdown_all() == [] and second.stopped
