@@ -65,9 +65,9 @@ def main() -> None:
     parser.add_argument("--no-single", action="store_true", help="with --beside: skip the single suite")
     add_load_argument(parser)
     args = parser.parse_args()
-    watch = LoadWatch.begin("bench_suite", args.allow_load)
     if args.no_single and not args.beside:
         parser.error("--no-single needs --beside")
+    watch = LoadWatch.begin("bench_suite", args.allow_load)
     figures = {}
     if not args.no_single:
         figures["suite_minutes"] = round(run_suites(1), 1)

@@ -28,8 +28,8 @@ pytest=(python -m pytest -p no:cacheprovider)
 single=("${pytest[@]}")
 # A whole run uses two test sessions at once (pytest-xdist, whole files per worker so a file's shared
 # engine starts once): each keeps to its own Redis database, temp folder and schemas (tests/conftest.py).
-# Many tests wait on processes they start, so two sessions on 2 cores take ~1.45x less time than one
-# (docs/benchmarks.md, "Test suite"). REELRL_TEST_WORKERS=0 runs in one process; given test paths or
+# Many tests wait on processes they start, so two sessions on 2 cores finish sooner than one (the quick
+# tier 137 s -> 93 s; docs/benchmarks.md, "Test suite"). REELRL_TEST_WORKERS=0: one process; given paths or
 # options, the run is a plain single session unless REELRL_TEST_WORKERS is set.
 if [ $# -eq 0 ] || [ -n "${REELRL_TEST_WORKERS:-}" ]; then
     # --no-loadscope-reorder: keep the conftest's order (files with slow tests first); xdist's own

@@ -68,6 +68,18 @@ def test_a_suite_past_its_time_budget_fails_the_tests_it_did_not_reach():
     assert " passed" not in child.stdout.splitlines()[-1]
 
 
+def stuck_child_session(name: str, mode: str) -> subprocess.CompletedProcess[str]:
+    """This file's test ``name`` alone in a child session told to get stuck (``mode``), with a 1 s
+    timeout and 2 s of watchdog grace; the watchdog must end it, failed, well within 45 s."""
+    started = time.monotonic()
+    child = child_session(
+        f"{__file__}::{name}", "-o", "timeout=1", **{CHILD_OUT: mode, "REELRL_TEST_WATCHDOG_GRACE_S": "2"}
+    )
+    assert time.monotonic() - started < 45, f"the watchdog did not stop the stuck session ({mode})"
+    assert child.returncode == 1, child.stdout + child.stderr
+    return child
+
+
 def test_a_test_stuck_where_its_timeout_cannot_reach_stops_the_session_with_its_stack():
     """pytest-timeout's SIGALRM cannot interrupt a thread blocked in C code (simulated here by blocking
     the signal): the conftest's watchdog then ends the session, printing where each thread was."""
@@ -76,12 +88,7 @@ def test_a_test_stuck_where_its_timeout_cannot_reach_stops_the_session_with_its_
         time.sleep(60)
         return
     name = test_a_test_stuck_where_its_timeout_cannot_reach_stops_the_session_with_its_stack.__name__
-    started = time.monotonic()
-    child = child_session(
-        f"{__file__}::{name}", "-o", "timeout=1", **{CHILD_OUT: "stuck", "REELRL_TEST_WATCHDOG_GRACE_S": "2"}
-    )
-    assert time.monotonic() - started < 45, "the watchdog did not stop the stuck session"
-    assert child.returncode == 1, child.stdout + child.stderr
+    child = stuck_child_session(name, "stuck")
     assert "Timeout (0:00:0" in child.stderr, child.stderr  # at the test's deadline: 1 s + 2 s of grace
     assert f"in {name}" in child.stderr and "test_isolation.py" in child.stderr, child.stderr
 
@@ -100,14 +107,9 @@ def test_a_teardown_stuck_after_a_timed_out_test_is_caught_too(teardown_stuck_in
     if os.environ.get(CHILD_OUT) == "stuck-teardown":
         time.sleep(30)  # interrupted by pytest-timeout after 1 s
         return
-    name = test_a_teardown_stuck_after_a_timed_out_test_is_caught_too.__name__
-    started = time.monotonic()
-    child = child_session(
-        f"{__file__}::{name}", "-o", "timeout=1",
-        **{CHILD_OUT: "stuck-teardown", "REELRL_TEST_WATCHDOG_GRACE_S": "2"},
-    )  # fmt: skip
-    assert time.monotonic() - started < 45, "the watchdog did not stop the stuck teardown"
-    assert child.returncode == 1, child.stdout + child.stderr
+    child = stuck_child_session(
+        test_a_teardown_stuck_after_a_timed_out_test_is_caught_too.__name__, "stuck-teardown"
+    )
     assert "(most recent call first)" in child.stderr and "in teardown_stuck_in_c" in child.stderr, (
         child.stderr
     )
