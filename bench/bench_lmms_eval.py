@@ -3,7 +3,7 @@ LVBench-shaped files, the same prompts, greedy, the same token budget and frame 
 
     $VENV/bin/python -m bench.bench_lmms_eval [--videos 3] [--seconds 120] [--questions 10] [--allow-load]
 
-lmms-eval runs in a side environment (bench/peers/side_env.py: a venv under bench/.work/ keyed by
+lmms-eval runs in a side environment (bench/peers/side_env.py: a cached venv keyed by
 bench/peers/lmms-eval-lock.txt, reusing this venv's torch, vLLM and transformers), with its vLLM
 backend (``--backend vllm``, lmms-eval's ``--model vllm``; or ``vllm_generate``) on a task pointed at
 the local files (bench/peers/lmms_eval_task, lmms-eval's ``--include_path``). Its driver
