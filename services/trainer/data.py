@@ -106,6 +106,20 @@ def _clip_meta(store: FrameStore, realtime: RealtimeSource | None, key: str) -> 
     return meta
 
 
+#: a sample with its clips' parameters, files and frame-store keys (of its images, for an image sample)
+Entry = tuple[Sample, VideoParams, list[Path], list[str]]
+
+
+@dataclass
+class _Split:
+    """One split read and resolved, before the clips missing from the store are decoded."""
+
+    name: str
+    entries: list[Entry]
+    report: DataReport
+    missing: list[Entry]  # video samples with a clip the store lacks
+
+
 def prepare_split(
     files: Sequence[str],
     cfg: DataConfig,
@@ -115,24 +129,79 @@ def prepare_split(
     work_dir: Path,
     *,
     split: str,
+    **options: Any,
+) -> tuple[list[TrainSample], DataReport]:
+    """One split's samples: :func:`prepare_splits` of ``{split: files}`` (its options, the same)."""
+    return prepare_splits({split: files}, cfg, family, tokenizer, store, work_dir, **options)[split]
+
+
+def prepare_splits(
+    splits: Mapping[str, Sequence[str]],
+    cfg: DataConfig,
+    family: str,
+    tokenizer: Any,
+    store: FrameStore,
+    work_dir: Path,
+    *,
     realtime: RealtimeSource | None = None,
     system_prompt: str | None = None,
     images: ImageFiles | None = None,
     media_limits: Mapping[str, int] | None = None,
     check_stop: Callable[[], None] = lambda: None,
-) -> tuple[list[TrainSample], DataReport]:
-    """Every usable sample of ``files``; clips missing from the store are preprocessed first (or, with
+) -> dict[str, tuple[list[TrainSample], DataReport]]:
+    """Every usable sample of each split's ``files``, by split name; clips missing from the store are preprocessed first (or, with
     ``cached_only``, the run fails naming them). A sample whose clip cannot be decoded, or whose prompt
     exceeds ``max_prompt_tokens``, is dropped, counted and logged, never a crash. Image samples' files are
     added to ``images`` (read from their files within its pixel budget, not preprocessed). A sample with
     more images or videos than ``media_limits`` (the engine's ``limit_mm_per_prompt``) is dropped and
     counted too: the engine would refuse it mid-run. ``check_stop`` is called often (per file, every
-    256 samples, while preprocessing waits) and raises to abandon the preparation (a cancelled job)."""
-    settings = get_settings()
-    fam = get_family(family)
+    256 samples, while preprocessing waits) and raises to abandon the preparation (a cancelled job).
+
+    The clips missing in all the splits are decoded by one worker pool, each clip once: a pool's start
+    and stop cost seconds, and a run reads up to three splits (train, validation, warm-up)."""
     base = cfg.video_params(family)
+    read = dict(realtime=realtime, images=images, media_limits=media_limits, check_stop=check_stop)
+    parts = [_read_split(name, files, base, store, **read) for name, files in splits.items()]
+    for part in parts:
+        if part.missing and cfg.source_mode == "cached_only":
+            names = ", ".join(repr(e[0].id) for e in part.missing[:10])
+            more = f" and {len(part.missing) - 10} more" if len(part.missing) > 10 else ""
+            raise DataError(
+                f"data.source_mode=cached_only but {len(part.missing)} {part.name} sample(s) have clips missing"
+                f" from the frame store: {names}{more}; run `reelrl preprocess` first or use"
+                " source_mode=prefer_cached"
+            )
+    # each split's missing entries, in order, and their decoding errors (None: decoded or not attempted)
+    todo = [e for part in parts for e in part.missing] if cfg.source_mode == "prefer_cached" else []
+    errors: list[str | None] = [None] * sum(len(part.missing) for part in parts)
+    if todo:
+        errors = _preprocess(todo, base, cfg, work_dir / f"{'+'.join(splits)}.pending.jsonl", check_stop)
+    out: dict[str, tuple[list[TrainSample], DataReport]] = {}
+    for part in parts:
+        mine, errors = errors[: len(part.missing)], errors[len(part.missing) :]
+        if todo:
+            part.report.preprocessed = len(part.missing)
+        out[part.name] = _finish_split(
+            part, mine, family, tokenizer, store, cfg, realtime=realtime, images=images,
+            system_prompt=system_prompt,
+        )  # fmt: skip
+    return out
+
+
+def _read_split(
+    name: str,
+    files: Sequence[str],
+    base: VideoParams,
+    store: FrameStore,
+    *,
+    realtime: RealtimeSource | None,
+    images: ImageFiles | None,
+    media_limits: Mapping[str, int] | None,
+    check_stop: Callable[[], None],
+) -> _Split:
+    settings = get_settings()
     report = DataReport()
-    entries: list[tuple[Sample, VideoParams, list[Path], list[str]]] = []
+    entries: list[Entry] = []
     hashes: dict[Path, str] = {}
     for file in files:
         dataset_dir = Path(file).resolve().parent
@@ -195,18 +264,27 @@ def prepare_split(
             for path, key in zip(paths, keys, strict=True):
                 realtime.clips[key] = (path, params)
     missing = [e for e in videos if any(not store.has(k) for k in e[3])]
-    if missing and cfg.source_mode == "cached_only":
-        names = ", ".join(repr(e[0].id) for e in missing[:10])
-        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        raise DataError(
-            f"data.source_mode=cached_only but {len(missing)} {split} sample(s) have clips missing from the "
-            f"frame store: {names}{more}; run `reelrl preprocess` first or use source_mode=prefer_cached"
-        )
-    failed: dict[str, str] = {}
-    if missing and cfg.source_mode == "prefer_cached":
-        failed = _preprocess(missing, base, cfg, work_dir / f"{split}.pending.jsonl", check_stop)
-        report.preprocessed = len(missing)
+    return _Split(name, entries, report, missing)
 
+
+def _finish_split(
+    part: _Split,
+    decode_errors: Sequence[str | None],
+    family: str,
+    tokenizer: Any,
+    store: FrameStore,
+    cfg: DataConfig,
+    *,
+    realtime: RealtimeSource | None,
+    images: ImageFiles | None,
+    system_prompt: str | None,
+) -> tuple[list[TrainSample], DataReport]:
+    """The split's training samples: those whose clips decoded, whose prompts fit, with token counts."""
+    fam = get_family(family)
+    entries, report, split = part.entries, part.report, part.name
+    failed = {
+        sample.id: error for (sample, *_), error in zip(part.missing, decode_errors, strict=True) if error
+    }
     samples: list[TrainSample] = []
     for sample, params, _, keys in entries:
         if sample.id in failed:
@@ -275,23 +353,28 @@ def prepare_split(
 
 
 def _preprocess(
-    entries: list[tuple[Sample, VideoParams, list[Path], list[str]]],
+    entries: list[Entry],
     base: VideoParams,
     cfg: DataConfig,
     pending: Path,
     check_stop: Callable[[], None] = lambda: None,
-) -> dict[str, str]:
-    """Decode the clips of ``entries`` through the worker pool; returns {sample id: error} of failures."""
+) -> list[str | None]:
+    """Decode the clips of ``entries`` through the worker pool; returns each entry's error (None: decoded).
+    Entries with the same files and parameters (a video in two splits) make one row, decoded once."""
     from services.preprocess.dataset import read_jsonl, write_jsonl_atomic
     from services.preprocess.dispatch import run_preprocess
 
-    rows = [
-        {"id": s.id, "videos": [str(p) for p in paths], "video_params": s.video_params}
-        for s, _, paths, _ in entries
-    ]
-    write_jsonl_atomic(pending, rows)
+    rows: dict[str, dict[str, Any]] = {}
+    row_of: list[str] = []
+    for sample, _, paths, _ in entries:
+        videos = [str(p) for p in paths]
+        what = json.dumps([videos, sample.video_params], sort_keys=True, default=str)
+        if what not in rows:
+            rows[what] = {"id": f"clip-{len(rows)}", "videos": videos, "video_params": sample.video_params}
+        row_of.append(rows[what]["id"])
+    write_jsonl_atomic(pending, list(rows.values()))
     out = pending.with_name(pending.stem + ".clips.jsonl")
-    log.info("preprocessing %d sample(s) with missing clips", len(rows))
+    log.info("preprocessing %d sample(s) with missing clips (%d distinct)", len(entries), len(rows))
     report = run_preprocess(
         pending, out, base, workers=cfg.preprocess_workers, progress=lambda done, total: check_stop()
     )
@@ -300,7 +383,7 @@ def _preprocess(
     if failed_file is not None and Path(failed_file).exists():
         for row in read_jsonl(Path(failed_file)):
             failures[str(row.get("id"))] = str(row.get("error"))
-    return failures
+    return [failures.get(row) for row in row_of]
 
 
 class StatefulLoader:

@@ -40,7 +40,7 @@ from services.trainer.algorithms import (
 from services.trainer.algorithms.kl import apply_kl_reward_penalty, kl_penalty
 from services.trainer.batch import pad_rows
 from services.trainer.config import TrainConfig, dump_config
-from services.trainer.data import DataError, StatefulLoader, TrainSample, prepare_split
+from services.trainer.data import DataError, StatefulLoader, TrainSample, prepare_splits
 from services.trainer.group import LocalActorGroup
 from services.trainer.tracking import MetricsLogger
 from services.trainer.update import SequenceTargets
@@ -286,15 +286,15 @@ class Trainer:
             media_limits=rollout.engine.limit_mm_per_prompt,
             check_stop=lambda: self._stop_if_asked("data preparation"),
         )  # fmt: skip
-        self.train_samples, self.train_report = prepare_split(cfg.data.train_files, split="train", **common)
-        self.val_samples, self.val_report = (
-            prepare_split(cfg.data.val_files, split="val", **common) if cfg.data.val_files else ([], None)
-        )
+        splits = {"train": cfg.data.train_files, "val": cfg.data.val_files, "warmup": cfg.warmup.files}
+        # the splits this run reads, prepared together: one worker pool decodes what any of them lacks
+        wanted = {"train": True, "val": bool(cfg.data.val_files), "warmup": bool(cfg.warmup.steps)}
+        prepared = prepare_splits({k: v for k, v in splits.items() if wanted[k]}, **common)
+        self.train_samples, self.train_report = prepared["train"]
+        self.val_samples, self.val_report = prepared.get("val", ([], None))
         if cfg.trainer.val_limit is not None:
             self.val_samples = self.val_samples[: cfg.trainer.val_limit]
-        self.warmup_samples = (
-            prepare_split(cfg.warmup.files, split="warmup", **common)[0] if cfg.warmup.steps else []
-        )
+        self.warmup_samples = prepared["warmup"][0] if "warmup" in prepared else []
         lacking = [s.sample.id for s in self.warmup_samples if not s.sample.offline_output]
         if lacking:
             raise DataError(

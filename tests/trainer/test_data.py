@@ -13,7 +13,7 @@ from services.common.frames import FrameStore
 from services.common.synthetic_tasks import make_task_datasets
 from services.common.tiny_models.tokenizer import trained_tokenizer
 from services.trainer.config import DataConfig
-from services.trainer.data import DataError, prepare_split, video_tokens_from_meta
+from services.trainer.data import DataError, prepare_split, prepare_splits, video_tokens_from_meta
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,6 +88,50 @@ def test_missing_clips_are_preprocessed_and_bad_ones_dropped(
         tmp_path / "work", split="train",
     )  # fmt: skip
     assert (report3.kept, report3.dropped_overlong) == (0, 4)
+
+
+def test_splits_share_one_pool_that_decodes_each_clip_once(
+    reelrl_home: Path, dataset, tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import services.preprocess.dispatch as dispatch
+
+    rows = [json.loads(line) for line in dataset["colour_mix"].read_text().splitlines()]
+    (dataset["colour_mix"].parent / "videos" / "broken.mp4").write_bytes(
+        b"\x00\x00\x00\x18ftypmp42 not a video"
+    )
+    rows.append({**rows[0], "id": "broken-one", "videos": ["videos/broken.mp4"]})
+    mixed = dataset["colour_mix"].with_name("with_broken.jsonl")
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pools: list[Path] = []
+    real = dispatch.run_preprocess
+
+    def counted(pending: Path, *args, **kwargs):  # the real pool, counted
+        pools.append(Path(pending))
+        return real(pending, *args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "run_preprocess", counted)
+    store = FrameStore.from_settings()
+    # warm-up reads the training file again: its clips are the training split's, decoded once
+    splits = {"train": [str(mixed)], "val": [str(dataset["colour_val"])], "warmup": [str(mixed)]}
+    prepared = prepare_splits(splits, _cfg(), "qwen2_5_vl", tokenizer, store, tmp_path / "work")
+
+    assert len(pools) == 1 and pools[0].name == "train+val+warmup.pending.jsonl"
+    assert len(pools[0].read_text().splitlines()) == 4 + 1 + 2  # distinct clips: train, the broken one, val
+    for split in ("train", "warmup"):  # the broken clip fails every sample that uses it, in each split
+        samples, report = prepared[split]
+        assert (report.loaded, report.kept, report.dropped_decode, report.preprocessed) == (5, 4, 1, 5), split
+        assert any("broken-one" in e for e in report.errors)
+        assert all(store.has(k) for s in samples for k in s.rollout.videos)
+    _, val_report = prepared["val"]
+    assert (val_report.kept, val_report.dropped_decode, val_report.preprocessed) == (2, 0, 2)
+    assert [s.rollout.videos for s in prepared["train"][0]] == [
+        s.rollout.videos for s in prepared["warmup"][0]
+    ]
+
+    # everything decodable is cached now: preparing again (prefer_cached) starts no pool
+    cached = {"train": [str(dataset["colour_mix"])], "val": [str(dataset["colour_val"])]}
+    again = prepare_splits(cached, _cfg(), "qwen2_5_vl", tokenizer, store, tmp_path / "w")
+    assert len(pools) == 1 and {k: r.preprocessed for k, (_, r) in again.items()} == {"train": 0, "val": 0}
 
 
 def test_unknown_problem_type_fails_at_start(reelrl_home: Path, dataset, tokenizer, tmp_path: Path) -> None:

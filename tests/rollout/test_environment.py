@@ -1,0 +1,61 @@
+"""The environment an engine is constructed in: its private temp folder, and what must outlive it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from services.rollout.environment import compile_cache_dir_name, engine_environment, remove_private_folder
+
+
+def _fresh_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+
+
+def _default_cache_dir_of_a_child() -> Path:
+    """Where a process the engine spawns now (inheriting this environment) puts its headers."""
+    code = "from torch._inductor.runtime.cache_dir_utils import default_cache_dir; print(default_cache_dir())"
+    return Path(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+
+
+def test_compiled_headers_outlive_the_engine_s_private_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fresh_temp(tmp_path, monkeypatch)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with engine_environment() as folder:
+        # the engine's processes see the private folder as their temp dir, and torch's default compile
+        # cache there (where its precompiled headers go, whatever is exported) leads out of it
+        assert os.environ["TMPDIR"] == str(folder) and folder.parent == tmp_path
+        inside = _default_cache_dir_of_a_child()
+        assert inside.parent == folder and inside.name == compile_cache_dir_name()
+        (inside / "precompiled_headers").mkdir()
+        (inside / "precompiled_headers" / "h.gch").write_text("compiled")
+    remove_private_folder(folder)
+    assert os.environ["TMPDIR"] == str(tmp_path) and not folder.exists()
+    kept = tmp_path / compile_cache_dir_name() / "precompiled_headers" / "h.gch"
+    assert kept.read_text() == "compiled"
+    with engine_environment() as again:  # the next engine finds them
+        assert (_default_cache_dir_of_a_child() / "precompiled_headers" / "h.gch").read_text() == "compiled"
+    remove_private_folder(again)
+
+
+def test_an_exported_compile_cache_is_the_one_linked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fresh_temp(tmp_path, monkeypatch)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    with engine_environment() as folder:
+        assert (folder / compile_cache_dir_name()).resolve() == (tmp_path / "mine").resolve()
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+    remove_private_folder(folder)
+    assert (tmp_path / "mine").is_dir()
