@@ -1,7 +1,7 @@
 """ReelRL against the GRPO trainers people use today, side by side: the same model, task, samples,
 reward and budget, one framework after another on the same 2 cores.
 
-    $VENV/bin/python -m bench.peers [--steps 400] [--val-every 20] [--max-minutes 10] [--allow-load]
+    $VENV/bin/python -m bench.peers [--steps 400] [--val-every 20] [--max-minutes 8] [--allow-load]
         [--frameworks reelrl-video,reelrl-image,trl,trl-vllm,verl] [--work DIR] [--no-record]
 
 The work (bench/peers/task.py):
@@ -55,8 +55,9 @@ Frameworks (one row each):
   slower than TRL's HF path on these 2 cores, so the ``trl`` row (its faster path here) is the one run
   to the target, and this row gives its step time.
 - ``verl``: verl 0.9.1 (bench/peers/verl-lock.txt), ``python -m verl.trainer.main_ppo`` with GRPO, the
-  same budget as Hydra overrides and ``trainer.device=cpu``. Each bench run tries it and records the
-  error and version it stops with.
+  same budget as Hydra overrides (verl_overrides) and ``trainer.device=cpu``, its default trainer and then
+  its classic one (``trainer.use_v1=False``), each for at most 3 minutes. Each bench run tries both and
+  records the error and version each stops with.
 
 Figures (bench/results.json via bench/results.py; refused on a busy machine without --allow-load):
 ``peer_trl_step_time_ratio`` (TRL's step seconds ÷ ReelRL's, both on the image form),
@@ -72,6 +73,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -224,27 +226,64 @@ def write_verl_data(bench: Bench, data: Path) -> None:
 
 
 def run_verl(bench: Bench) -> list[dict]:
-    """verl's GRPO trainer as its users start it; on this machine it stops before its first step (the
-    reason is raised as PeerFailed)."""
+    """verl's GRPO trainer as its users start it (its default trainer, then its classic one,
+    ``trainer.use_v1=False``); on this machine both stop before a first step, and the reasons are raised
+    as PeerFailed."""
     try:
         python = side_python("verl", VERL_LOCK)
     except SideEnvError as exc:
         raise PeerFailed(f"its side environment did not build (verl-lock.txt): {exc}") from exc
     data = bench.work / "verl"
     write_verl_data(bench, data)
-    log = bench.work / "verl.log"
-    command = [str(python), "-m", "verl.trainer.main_ppo", *verl_overrides(bench, data)]
-    print(f"[verl] python -m verl.trainer.main_ppo ... (log: {log})", flush=True)
-    with log.open("w") as fh:
-        try:
-            done = subprocess.run(
-                command, cwd=data, env=bench.side_env(), stdout=fh, stderr=subprocess.STDOUT, timeout=900
+    reasons = []
+    for variant, extra in (("default trainer", []), ("trainer.use_v1=False", ["trainer.use_v1=False"])):
+        log = bench.work / f"verl-{len(reasons)}.log"
+        command = [str(python), "-m", "verl.trainer.main_ppo", *verl_overrides(bench, data), *extra]
+        print(f"[verl] python -m verl.trainer.main_ppo ... {' '.join(extra)} (log: {log})", flush=True)
+        code = run_bounded(command, data, bench.side_env(), log, VERL_LIMIT_S)
+        if code is None:
+            reasons.append(
+                f"{variant}: no training step within {VERL_LIMIT_S} s, its last words: {last_words(log)}"
             )
-        except subprocess.TimeoutExpired as exc:
-            raise PeerFailed(f"verl 0.9.1 did not finish in 900 s (log: {log})") from exc
-    if done.returncode:
-        raise PeerFailed(f"verl 0.9.1 (trainer.device=cpu) exited with {done.returncode}: {last_error(log)}")
-    raise PeerFailed(f"verl 0.9.1 exited 0, but this bench does not read verl's metrics yet (log: {log})")
+        elif code:
+            reasons.append(f"{variant}: exited with {code}: {last_error(log)}")
+        else:
+            raise PeerFailed(
+                f"verl 0.9.1 exited 0, but this bench does not read verl's metrics yet (log: {log})"
+            )
+    raise PeerFailed("verl 0.9.1 with trainer.device=cpu: " + "; ".join(reasons))
+
+
+#: how long a verl attempt may run: it starts Ray and its workers in about a minute, then waits for GPUs
+VERL_LIMIT_S = 180
+
+
+def run_bounded(command: list[str], cwd: Path, env: dict[str, str], log: Path, limit_s: float) -> int | None:
+    """Run ``command`` with its output in ``log``; past ``limit_s`` interrupt it (SIGINT, so a Ray it
+    started is shut down by its own exit handlers), and return None."""
+    with log.open("w") as fh:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return None
+
+
+def last_words(log: Path) -> str:
+    """The last warning or error line of a run that hung (colour codes and Ray's actor prefix dropped;
+    Python's import-time UserWarnings are not its words)."""
+    lines = []
+    for raw in log.read_text(errors="replace").splitlines():
+        line = re.sub(r"\x1b\[[0-9;]*m", "", raw)
+        lines.append(re.sub(r"^\(\w+ pid=\d+\)\s*", "", line).strip())
+    found = [x for x in lines if re.search(r"WARNING|ERROR|Error", x) and "UserWarning" not in x]
+    return found[-1] if found else (lines[-1] if lines else "no output")
 
 
 @dataclass(frozen=True)
@@ -306,9 +345,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work" / "peers")
     parser.add_argument("--steps", type=int, default=400, help="optimizer steps of every framework")
     parser.add_argument("--val-every", type=int, default=20)
-    parser.add_argument("--max-minutes", type=float, default=10.0, help="training minutes of every framework")
+    parser.add_argument("--max-minutes", type=float, default=8.0, help="training minutes of every framework")
     parser.add_argument(
-        "--trl-vllm-steps", type=int, default=20, help="steps of the trl-vllm row (its step time)"
+        "--trl-vllm-steps", type=int, default=10, help="steps of the trl-vllm row (its step time)"
     )
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     parser.add_argument(

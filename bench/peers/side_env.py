@@ -71,6 +71,7 @@ def _remove_stale(home: Path, name: str, keep: Path, product_site: str) -> None:
         marker = stale / PRODUCT
         if stale != keep and stale.is_dir() and marker.exists() and marker.read_text() == product_site:
             shutil.rmtree(stale, ignore_errors=True)
+            stale.with_name(f"{stale.name}.lock").unlink(missing_ok=True)
 
 
 def side_python(name: str, lock: Path) -> Path:
