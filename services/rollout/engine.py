@@ -26,18 +26,20 @@ from services.rollout.vllm_bridge import (
     seeds_supported,
 )
 from services.rollout.weight_sync import (
+    BucketLoad,
     WeightBuckets,
     Weights,
     check_announced,
     check_reload_results,
     checkpoint_shapes,
-    load_buckets,
     reload_call,
 )
 
 
 class RolloutEngine(EngineBase):
     """Batch rollouts with ``vllm.LLM``; use as a context manager or call :meth:`shutdown`."""
+
+    _bucket_load: BucketLoad | None = None  # the bucketed push open on this engine, if any
 
     def _launch(self) -> None:
         from vllm import LLM
@@ -64,6 +66,8 @@ class RolloutEngine(EngineBase):
         """``counts[i]`` responses to ``inputs[i]``, seeded ``seeds[i]`` (None: the engine's own random
         stream): (prompt token ids, responses) per input."""
         self._check_ready("generate")
+        if self._bucket_load is not None:
+            raise RuntimeError("cannot generate: a bucketed weight push is open (end_weight_buckets)")
         seeds = seeds or [None] * len(inputs)
         if any(s is not None for s in seeds) and not self.seedable:
             raise ValueError(
@@ -122,31 +126,72 @@ class RolloutEngine(EngineBase):
                 results = self.llm.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
                 check_reload_results(call, results)
             finally:
-                # the workers may hold new (or mixed) weights even when the RPC failed
-                self.weight_version += 1
-                self.llm.llm_engine.set_weight_version(str(self.weight_version))
-        self._weights_discarded = False
-        # Encoder outputs and prefix KV blocks cached under the old weights: a repeated clip would hit a
-        # stale entry, or a missing one that kills the engine ("Encoder cache miss").
-        self.reset_caches(processed_inputs=False)
+                self._next_weight_version()  # the workers may hold new (or mixed) weights even when it failed
+        self._weights_pushed()
         return time.perf_counter() - started
 
     def push_weight_buckets(
         self, announced: Sequence[tuple[str, tuple[int, ...]]], buckets: Iterable[Mapping[str, Any]]
     ) -> float:
-        """Load new weights bucket by bucket (``weight_sync.load_buckets``: names and shapes checked
-        first, one bucket held at a time); returns the seconds it took."""
-        self._check_ready("push weights")
+        """Load new weights bucket by bucket (names and shapes checked first, one bucket held at a time);
+        returns the seconds it took."""
         started = time.perf_counter()
-        check_announced(announced, self.checkpoint.parameter_names, checkpoint_shapes(self.checkpoint))
+        self.begin_weight_buckets(announced)
         try:
-            load_buckets(self.llm.collective_rpc, announced, buckets)
-        finally:
-            self.weight_version += 1
-            self.llm.llm_engine.set_weight_version(str(self.weight_version))
-        self._weights_discarded = False
-        self.reset_caches(processed_inputs=False)
+            for bucket in buckets:
+                self.load_weight_bucket(bucket)
+        except BaseException:
+            self.end_weight_buckets(failed=True)
+            raise
+        self.end_weight_buckets()
         return time.perf_counter() - started
+
+    # -- the same push, one call per step: a remote driver hands the buckets over as they are made -----
+
+    def begin_weight_buckets(self, announced: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+        """Open a bucketed push of ``announced`` (every (name, full shape), in push order): refused, with
+        the engine as it was, if a name or shape is not the checkpoint's. Generation waits until
+        :meth:`end_weight_buckets`."""
+        self._check_ready("push weights")
+        if self._bucket_load is not None:
+            raise RuntimeError("a bucketed push is already open on this engine")
+        check_announced(announced, self.checkpoint.parameter_names, checkpoint_shapes(self.checkpoint))
+        load = BucketLoad(self.llm.collective_rpc, announced)
+        load.begin()
+        self._bucket_load = load
+
+    def load_weight_bucket(self, bucket: Mapping[str, Any]) -> int:
+        """Load the next bucket of the open push; returns how many tensors it held."""
+        if self._bucket_load is None:
+            raise RuntimeError("no bucketed push is open: call begin_weight_buckets first")
+        self._bucket_load.load(bucket)
+        return len(bucket)
+
+    def end_weight_buckets(self, *, failed: bool = False) -> int:
+        """Finish the open push (raising if a tensor was not loaded); ``failed``: after an error, finish
+        the reload without its checks. Either way the weight version moves on. Returns the buckets."""
+        load, self._bucket_load = self._bucket_load, None
+        if load is None:
+            raise RuntimeError("no bucketed push is open")
+        try:
+            if failed:
+                load.abort()
+                return load.count
+            count = load.end()
+        finally:
+            self._next_weight_version()
+        self._weights_pushed()
+        return count
+
+    def _next_weight_version(self) -> None:
+        self.weight_version += 1
+        self.llm.llm_engine.set_weight_version(str(self.weight_version))
+
+    def _weights_pushed(self) -> None:
+        self._weights_discarded = False
+        # Encoder outputs and prefix KV blocks cached under the old weights: a repeated clip would hit a
+        # stale entry, or a missing one that kills the engine ("Encoder cache miss").
+        self.reset_caches(processed_inputs=False)
 
     def sleep(self, level: int = 1) -> bool:
         """Release the engine's memory for a colocated trainer (``engine.enable_sleep_mode: true``):

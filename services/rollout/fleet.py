@@ -32,6 +32,7 @@ from typing import Any
 from services.rollout import routing
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
 from services.rollout.seeds import SeedKey
+from services.rollout.weight_sync import BucketRefs
 
 log = logging.getLogger(__name__)
 RESTART_WAIT_S = 900.0  # at shutdown, for a replacement still starting (a cold vLLM start, loaded machine)
@@ -167,32 +168,76 @@ class Fleet:
 
     def push_weights(self, weights: Any) -> float:
         """Load ``weights`` into every serving engine (in parallel); returns the seconds it took. Each
-        engine then reports its weight version, which must be the next one."""
+        engine then reports its weight version, which must be the next one. ``BucketRefs`` (buckets made
+        one at a time by the actor ranks) are one pass that every engine shares, bucket by bucket."""
         started = time.perf_counter()
         live = self._serving()
-        calls = {self._pool.submit(m.engine.push_weights, weights): m for m in live}
         version = self.weight_version + 1
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
-        pushed = []
-        for future, member in calls.items():
-            try:
-                future.result(timeout=_left(deadline))
-                self._record_push(member, version)
-                pushed.append(member)
-            except (ValueError, StaleWeights):
-                raise  # wrong names or shapes: the same for every engine, the engines kept their weights
-            except FutureTimeout as exc:
-                self._fail(
-                    member, "weight push: " + _timeout_reason(future, exc, "took more than", self.timeout_s)
+        if isinstance(weights, BucketRefs):
+            if self._restart is not None and self._current_weights is None:
+                raise ValueError(
+                    "buckets pushed by reference are one pass: a fleet that restarts engines needs "
+                    "current_weights to make another for a replacement"
                 )
-            except Exception as exc:
-                self._fail(member, f"weight push: {type(exc).__name__}: {exc}")
+            pushed = self._push_shared_pass(live, weights, deadline)
+        else:
+            pushed = self._each(live, lambda m: m.engine.push_weights(weights), deadline)
+        for member in pushed:
+            self._record_push(member, version)
         if not pushed:
             raise FleetError(f"no engine took the new weights: {self._failure_summary()}")
         self.weight_version = version
         if self._restart is not None and self._current_weights is None:
             self._weights = weights
         return time.perf_counter() - started
+
+    def _push_shared_pass(
+        self, live: list[_Member], weights: BucketRefs, deadline: float | None
+    ) -> list[_Member]:
+        """Every engine opens the push, takes each bucket before the next is made, and closes it. An
+        engine that fails leaves the pass (and the fleet, see ``_fail``); the others go on."""
+        members = self._each(live, lambda m: m.engine.begin_weight_buckets(weights.announced), deadline)
+        try:
+            for ref in weights.refs:
+                if not members:
+                    break
+                members = self._each(members, lambda m, ref=ref: m.engine.load_weight_bucket(ref), deadline)
+                del ref  # before the next bucket is made: the object store frees this one
+        except ValueError:
+            for member in members:  # a bucket unlike the announced ones: finish each engine's reload
+                try:
+                    member.engine.end_weight_buckets(failed=True)
+                except Exception as exc:
+                    log.warning("rollout engine %d: ending a refused push: %s", member.index, exc)
+            raise
+        finally:
+            close = getattr(weights.refs, "close", None)
+            if close is not None:  # a pass left early: the ranks close theirs
+                close()
+        return self._each(members, lambda m: m.engine.end_weight_buckets(), deadline)
+
+    def _each(
+        self, members: list[_Member], call: Callable[[_Member], Any], deadline: float | None
+    ) -> list[_Member]:
+        """``call`` on every member at once, within the push's deadline; returns the members it
+        succeeded on. A member that raises or runs past the deadline is failed; wrong names or shapes
+        (ValueError, StaleWeights: the same for every engine, which kept its weights) are raised."""
+        calls = {self._pool.submit(call, m): m for m in members}
+        done = []
+        for future, member in calls.items():
+            try:
+                future.result(timeout=_left(deadline))
+                done.append(member)
+            except (ValueError, StaleWeights):
+                raise
+            except FutureTimeout as exc:
+                self._fail(
+                    member, "weight push: " + _timeout_reason(future, exc, "took more than", self.timeout_s)
+                )
+            except Exception as exc:
+                self._fail(member, f"weight push: {type(exc).__name__}: {exc}")
+        return done
 
     def sleep(self, level: int = 1) -> bool:
         """Every serving engine sleeps (see ``RolloutEngine.sleep``); False where none could."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,7 +168,20 @@ class WeightBuckets:
     nbytes: int = 0
 
 
-Weights = Mapping[str, torch.Tensor] | bytes | str | Path | WeightBuckets
+@dataclass(frozen=True)
+class BucketRefs:
+    """A bucketed push for engines in other Ray actors: ``refs`` yields, one at a time, an object
+    reference to each bucket as the actor ranks make it (rank 0's; every rank gathers its share), and
+    makes the next only when asked. One pass, shared by every engine of a fleet: each bucket reaches
+    every engine before the next is made, so the object store holds one bucket at a time and nothing
+    passes through the driver. ``announced``: every (name, full shape), in push order."""
+
+    announced: tuple[tuple[str, tuple[int, ...]], ...]
+    refs: Iterator[Any]
+    nbytes: int = 0
+
+
+Weights = Mapping[str, torch.Tensor] | bytes | str | Path | WeightBuckets | BucketRefs
 
 
 _SHAPES: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
@@ -212,45 +225,64 @@ def check_bucket(bucket: Mapping[str, torch.Tensor], planned: Sequence[tuple[str
         )
 
 
-def load_buckets(
-    rpc: Callable[..., list[Any]],
-    announced: Sequence[tuple[str, tuple[int, ...]]],
-    buckets: Iterable[Mapping[str, torch.Tensor]],
-) -> int:
-    """Load ``buckets`` into every worker of an engine (``rpc``: its ``collective_rpc``), one RPC a bucket,
-    so only one bucket is ever serialised at a time. ``announced``: every (name, shape) the buckets will
-    carry, in order (check it first with :func:`check_announced`); each bucket is checked against it
-    as it arrives. Returns how many buckets were loaded.
+class BucketLoad:
+    """One in-place reload of an engine's workers (``rpc``: its ``collective_rpc``) fed one bucket per
+    RPC, so only one bucket is ever serialised at a time: :meth:`begin`, :meth:`load` per bucket (each
+    checked against ``announced``, every (name, shape) the buckets will carry, in order; check it first
+    with :func:`check_announced`), then :meth:`end`, or :meth:`abort` after a failure.
+    ``RolloutEngine.push_weight_buckets`` runs it over an iterable; a Ray engine is driven one call at a
+    time, as the buckets are made.
 
     A failure after the first bucket leaves the workers' weights a mix of old and new (the reload is
     still finished, so the engine stays usable): push again."""
-    rpc("reelrl_begin_buckets")
-    count, offset = 0, 0
-    try:
-        for bucket in buckets:
-            check_bucket(bucket, announced[offset : offset + len(bucket)])
-            data = safetensors_bytes(bucket)
-            for rank, loaded in enumerate(rpc("reelrl_load_bucket", args=(data,))):
-                if loaded != len(bucket):
-                    raise RuntimeError(
-                        f"worker {rank} loaded {loaded} of the {len(bucket)} tensors of a bucket"
-                    )
-            del data
-            offset += len(bucket)
-            count += 1
-    finally:
-        missing = rpc("reelrl_end_buckets")
-    if offset != len(announced):
-        raise RuntimeError(
-            f"the buckets carried {offset} of the {len(announced)} announced tensors; push again"
-        )
-    for rank, names_missing in enumerate(missing):
-        if names_missing:
+
+    def __init__(
+        self, rpc: Callable[..., list[Any]], announced: Sequence[tuple[str, tuple[int, ...]]]
+    ) -> None:
+        self.rpc, self.announced = rpc, list(announced)
+        self.offset = 0  # tensors loaded so far
+        self.count = 0  # buckets loaded so far
+        self._open = False
+
+    def begin(self) -> None:
+        self.rpc("reelrl_begin_buckets")
+        self._open = True
+
+    def load(self, bucket: Mapping[str, torch.Tensor]) -> None:
+        if not self._open:
+            raise RuntimeError("a weight bucket arrived outside a bucketed push (begin it first)")
+        check_bucket(bucket, self.announced[self.offset : self.offset + len(bucket)])
+        data = safetensors_bytes(bucket)
+        for rank, loaded in enumerate(self.rpc("reelrl_load_bucket", args=(data,))):
+            if loaded != len(bucket):
+                raise RuntimeError(f"worker {rank} loaded {loaded} of the {len(bucket)} tensors of a bucket")
+        self.offset += len(bucket)
+        self.count += 1
+
+    def abort(self) -> None:
+        """Finish the reload after a failure (the engine stays usable; its weights are undefined)."""
+        if self._open:
+            self._open = False
+            self.rpc("reelrl_end_buckets")
+
+    def end(self) -> int:
+        """Finish the reload; raises if a tensor announced, or one the engine has, was not loaded.
+        Returns how many buckets were loaded."""
+        if not self._open:
+            raise RuntimeError("no bucketed push is open")
+        self._open = False
+        missing = self.rpc("reelrl_end_buckets")
+        if self.offset != len(self.announced):
             raise RuntimeError(
-                f"worker {rank}: {len(names_missing)} engine parameters were not loaded by any bucket "
-                f"(e.g. {names_missing[:3]}); push again"
+                f"the buckets carried {self.offset} of the {len(self.announced)} announced tensors; push again"
             )
-    return count
+        for rank, names_missing in enumerate(missing):
+            if names_missing:
+                raise RuntimeError(
+                    f"worker {rank}: {len(names_missing)} engine parameters were not loaded by any bucket "
+                    f"(e.g. {names_missing[:3]}); push again"
+                )
+        return self.count
 
 
 class WeightSyncExtension:

@@ -2,7 +2,8 @@
 
 vLLM runs inside the actor with its default executor (vLLM's own Ray executor is refused on CPU).
 Only sample dicts with frame-store keys go in and response groups come out; new weights arrive as
-safetensors bytes (through Ray's object store) or as a path on a filesystem the actor can read.
+safetensors bytes (through Ray's object store), as a path on a filesystem the actor can read, or
+bucket by bucket (object references to the actor ranks' buckets).
 Call ``shutdown`` before killing the actor: a killed engine leaks its shared-memory segment.
 """
 
@@ -62,6 +63,17 @@ class RolloutWorker:
         """``weights``: safetensors bytes, a folder this actor can read, or a state dict (through Ray's
         object store)."""
         return self.engine.push_weights(weights, transport=transport)
+
+    # a bucketed push, one call per bucket (``RolloutEngine.begin_weight_buckets``): a bucket passed as
+    # an object reference arrives resolved, fetched by this actor from the rank that made it
+    def begin_weight_buckets(self, announced: list[tuple[str, tuple[int, ...]]]) -> None:
+        self.engine.begin_weight_buckets([(name, tuple(shape)) for name, shape in announced])
+
+    def load_weight_bucket(self, bucket: dict[str, Any]) -> int:
+        return self.engine.load_weight_bucket(bucket)
+
+    def end_weight_buckets(self, failed: bool = False) -> int:
+        return self.engine.end_weight_buckets(failed=failed)
 
     def sleep(self, level: int = 1) -> bool:
         return self.engine.sleep(level)

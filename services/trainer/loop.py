@@ -709,18 +709,22 @@ class Trainer:
         log.info("resumed from %s at step %d", folder, self.start_step)
 
     def _push_weights(self) -> None:
-        """The actor's new weights into the engine; from Ray ranks to a Ray engine they go as rank 0's
-        object reference, not through the driver; from an unsharded actor to in-process engines, in
-        buckets of ``rollout.weight_bucket_mb`` (never a second full copy of the model)."""
+        """The actor's new weights into the engine, in buckets of ``rollout.weight_bucket_mb`` (never a
+        second full copy of the model): from an unsharded actor to in-process engines as a stream, from
+        Ray ranks to Ray engines as object references to rank 0's buckets, made one at a time and not
+        through the driver (with ``weight_bucket_mb: null``, rank 0's full state dict by reference)."""
         if getattr(self.engine, "loads_from_ranks", False):
             self.engine.push_weights(None)  # colocated: each rank loads its own shard from its parameters
             return
         bucket_mb = self.config.rollout.weight_bucket_mb
         buckets = getattr(self.group, "weight_buckets", None)
         stream = None if bucket_mb is None or buckets is None else buckets(bucket_mb)
-        if stream is not None and not getattr(self.engine, "accepts_refs", False):
+        refs = getattr(self.engine, "accepts_refs", False)
+        if stream is not None and not refs:
             self.engine.push_weights(stream)
-        elif getattr(self.engine, "accepts_refs", False) and hasattr(self.group, "state_dict_ref"):
+        elif refs and bucket_mb is not None and hasattr(self.group, "bucket_refs"):
+            self.engine.push_weights(self.group.bucket_refs(bucket_mb))  # rank 0's buckets, one at a time
+        elif refs and hasattr(self.group, "state_dict_ref"):
             self.engine.push_weights(self.group.state_dict_ref())
         else:
             self.engine.push_weights(self.group.state_dict())

@@ -146,9 +146,17 @@ def start_disaggregated(
             gpus=trainer.ray_gpus_rollout,
         )  # fmt: skip
 
-    # a replacement fetches rank 0's weights again rather than the fleet holding them in the object store
+    # a replacement fetches rank 0's weights again (a pass of buckets of its own, as the loop pushes
+    # them) rather than the fleet holding them in the object store
     group = parts.get("group")
-    return _fleet(config, start, layout.engines, getattr(group, "state_dict_ref", None))
+    bucket_mb = config.rollout.weight_bucket_mb
+    current = getattr(group, "state_dict_ref", None)
+    if bucket_mb is not None and hasattr(group, "bucket_refs"):
+
+        def current() -> Any:
+            return group.bucket_refs(bucket_mb)
+
+    return _fleet(config, start, layout.engines, current)
 
 
 def start_colocated(

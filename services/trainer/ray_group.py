@@ -17,7 +17,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import torch
 from services.rollout.config import RolloutConfig
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
+from services.rollout.weight_sync import BucketRefs
 from services.trainer.config import TrainConfig
 from services.trainer.sequences import as_dicts, shard
 from services.trainer.update import SequenceTargets, combine_rank_metrics
@@ -47,6 +48,7 @@ class ActorWorker:
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
         self.group: Any = None
+        self._buckets: Iterator[dict[str, torch.Tensor]] | None = None  # an open weight bucket pass
 
     def address(self) -> tuple[str, int]:
         """This node's address and a port free on it: the rendezvous, when this is rank 0."""
@@ -121,6 +123,34 @@ class ActorWorker:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Rank 0: every tensor, on the CPU (the driver may have no GPU); other ranks: {}."""
         return {k: v.cpu() for k, v in self.group.state_dict().items()}
+
+    # -- a bucketed push to engines in other actors: every rank walks the buckets together (each tensor
+    # is gathered by a collective); rank 0's bucket is the one sent -------------------------------------
+
+    def buckets_open(self, bucket_mb: float) -> dict[str, Any]:
+        """Start a pass over the weights in buckets of ``bucket_mb`` MiB: every (name, shape) and how
+        many buckets the pass has (the same on every rank)."""
+        from services.trainer.weight_buckets import buckets, manifest, plan
+
+        model, dtype = self.group.actor.model, self.group.push_dtype
+        entries = manifest(model.state_dict(), dtype)
+        self._buckets = buckets(model, dtype, bucket_mb)
+        return {
+            "announced": [(e.name, e.shape) for e in entries],
+            "buckets": len(plan(entries, bucket_mb)),
+            "nbytes": sum(e.nbytes for e in entries),
+        }
+
+    def buckets_next(self) -> dict[str, torch.Tensor]:
+        """The pass's next bucket, on the CPU: rank 0's whole; the other ranks keep nothing (they took
+        part in the gathers)."""
+        if self._buckets is None:
+            raise RuntimeError("no weight bucket pass is open on this rank")
+        bucket = next(self._buckets)
+        return bucket if self.rank == 0 else {}
+
+    def buckets_close(self) -> None:
+        self._buckets = None
 
     def warm_start(self, samples: list[dict[str, Any]], kwargs: dict[str, Any]) -> None:
         self.group.warm_start([RolloutSample.model_validate(s) for s in samples], **kwargs)
@@ -335,6 +365,28 @@ class RayActorGroup:
         self._gather(refs[1:], "state_dict")  # the other ranks return {}: cheap to fetch
         ray.wait(refs[:1], num_returns=1)
         return refs[0]
+
+    def bucket_refs(self, bucket_mb: float) -> BucketRefs:
+        """The weights as a bucketed push for engines in other Ray actors: each bucket is made by every
+        rank at once when the push asks for it (rank 0's, as an object reference), so no process holds
+        a full copy and the object store holds one bucket at a time (see ``BucketRefs``)."""
+        import ray
+
+        plan = self._call("buckets_open", bucket_mb)[0]
+
+        def refs() -> Iterator[Any]:
+            try:
+                for _ in range(plan["buckets"]):
+                    made = [w.buckets_next.remote() for w in self.workers]
+                    self._gather(made[1:], "weight buckets")  # {}: cheap to fetch
+                    ray.wait(made[:1], num_returns=1)
+                    yield made[0]
+                    del made  # the bucket leaves the object store once every engine has it
+            finally:
+                self._call("buckets_close")
+
+        announced = tuple((name, tuple(shape)) for name, shape in plan["announced"])
+        return BucketRefs(announced=announced, refs=refs(), nbytes=int(plan["nbytes"]))
 
     def warm_start(
         self, samples: Sequence[RolloutSample], *, steps: int, lr: float, batch_size: int, seed: int

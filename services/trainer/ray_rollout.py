@@ -4,12 +4,13 @@
 
 Only sample dicts (frame-store keys, image paths) go in and response groups come out; the frame source
 (store, realtime decoder, still images) travels as paths and is read inside the actor. New weights
-travel through Ray's object store as a state dict.
+travel through Ray's object store: a state dict, or bucket by bucket as the actor ranks make them.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,10 +118,43 @@ class RayRolloutEngine:
     # ---- the weight push: one method, so that its transport can change alone --------------------------
 
     def push_weights(self, state: Any) -> float:
-        """``state``: a state dict, or an object reference to one (resolved inside the actor)."""
+        """``state``: a state dict, an object reference to one (resolved inside the actor), or
+        :class:`~services.rollout.weight_sync.BucketRefs` (one bucket at a time, see
+        :meth:`begin_weight_buckets`)."""
         import ray
 
-        return float(ray.get(self.worker.push_weights.remote(state, "file")))
+        from services.rollout.weight_sync import BucketRefs
+
+        if not isinstance(state, BucketRefs):
+            return float(ray.get(self.worker.push_weights.remote(state, "file")))
+        started = time.perf_counter()
+        self.begin_weight_buckets(state.announced)
+        try:
+            for ref in state.refs:
+                self.load_weight_bucket(ref)
+                del ref  # before the next bucket is made: the object store frees this one
+        except BaseException:
+            self.end_weight_buckets(failed=True)
+            raise
+        self.end_weight_buckets()
+        return time.perf_counter() - started
+
+    def begin_weight_buckets(self, announced: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+        """Open a bucketed push inside the actor (names and shapes checked there first)."""
+        import ray
+
+        ray.get(self.worker.begin_weight_buckets.remote(list(announced)))
+
+    def load_weight_bucket(self, bucket: Any) -> int:
+        """``bucket``: an object reference to a bucket (the actor fetches it from the rank that made it)."""
+        import ray
+
+        return int(ray.get(self.worker.load_weight_bucket.remote(bucket)))
+
+    def end_weight_buckets(self, *, failed: bool = False) -> int:
+        import ray
+
+        return int(ray.get(self.worker.end_weight_buckets.remote(failed)))
 
     # ---- end of the weight push ----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -110,6 +111,68 @@ def test_after_a_push_both_engines_sample_from_the_new_weights(
     groups = fleet.rollout([sample, video_sample(FAMILY, "tall_in_time", "pushed-2")], key=SeedKey(2))
     assert sorted(fleet.last_engines) == [0, 1]
     assert {r.weight_version for g in groups for r in g.responses} == {version + 1}
+
+
+def test_buckets_by_reference_reach_both_engines_each_before_the_next_is_made(
+    ray_fleet, video_sample, tiny_models, hf_model, hf_logprobs
+) -> None:
+    from services.rollout.weight_sync import BucketRefs
+    from services.trainer.weight_buckets import weight_buckets
+
+    fleet, local, ray = ray_fleet.fleet, ray_fleet.local, ray_fleet.ray
+    new = hf_model(tiny_models[FAMILY])
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    plan = weight_buckets(new, None, 0.25)
+    events: list[tuple[str, int]] = []
+
+    def made() -> Iterator:  # as the actor ranks make them: one object per bucket, when asked
+        for i, bucket in enumerate(plan.open()):
+            events.append(("make", i))
+            yield ray.put(bucket)
+
+    loads = [m.engine.load_weight_bucket for m in fleet.members]
+
+    def spy(index: int, real):
+        def load(ref):
+            events.append((f"load{index}", len(events)))
+            return real(ref)
+
+        return load
+
+    for index, member in enumerate(fleet.members):
+        member.engine.load_weight_bucket = spy(index, loads[index])
+    version = fleet.weight_version
+    # one pass only: a fleet that restarts engines must be able to make another for a replacement
+    with pytest.raises(ValueError, match="one pass"):
+        fleet.push_weights(BucketRefs(plan.announced, made()))
+    fleet._current_weights = lambda: BucketRefs(plan.announced, made(), plan.nbytes)
+    try:
+        # a wrong shape is refused before any bucket is made, and both engines keep their weights
+        wrong = ((plan.announced[0][0], (1, 2, 3)), *plan.announced[1:])
+        with pytest.raises(ValueError, match="wrong shape"):
+            fleet.push_weights(BucketRefs(wrong, made()))
+        assert events == [] and fleet.weight_version == version
+        fleet.push_weights(BucketRefs(plan.announced, made(), plan.nbytes))
+    finally:
+        fleet._current_weights = None
+        for member, real in zip(fleet.members, loads, strict=True):
+            member.engine.load_weight_bucket = real
+    assert fleet.weight_version == version + 1
+    makes = [i for i, (what, _) in enumerate(events) if what == "make"]
+    assert len(makes) > 1, "the model went in one bucket: the check below would see nothing"
+    for a, b in zip(makes, [*makes[1:], len(events)], strict=True):  # after each bucket, both engines
+        assert sorted(what for what, _ in events[a + 1 : b]) == ["load0", "load1"], events
+    sample = video_sample(FAMILY, "tall_in_time", "bucketed")
+    for member in fleet.members:
+        (group,) = member.engine.rollout([sample], key=SeedKey(3))
+        for response in group.responses:
+            assert gap(hf_logprobs(local, new, sample, response.token_ids), response.logprobs) < TOLERANCE
+    # the same weights once more as a state dict: the fleet (without current_weights again) keeps them
+    # for the replacement of the next test
+    fleet.push_weights(ray.put(new.state_dict()))
 
 
 def test_an_engine_killed_mid_generation_leaves_the_step_complete(ray_fleet, video_sample) -> None:

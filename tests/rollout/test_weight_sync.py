@@ -12,12 +12,12 @@ from safetensors.torch import load, load_file
 from services.rollout.param_names import ParameterNames
 from services.rollout.weight_sync import (
     HEADER_MARGIN,
+    BucketLoad,
     ReloadCall,
     check_announced,
     check_bucket,
     check_reload_results,
     checkpoint_tensors,
-    load_buckets,
     reload_call,
     safetensors_bytes,
     weights_dir,
@@ -153,10 +153,23 @@ class RecordingWorkers:
         return [self.missing, self.missing] if method == "reelrl_end_buckets" else [None, None]
 
 
+def load_all(workers: RecordingWorkers, announced: list, buckets: list) -> int:
+    """A bucketed push as the engine runs it (``RolloutEngine.push_weight_buckets``)."""
+    load = BucketLoad(workers, announced)
+    load.begin()
+    try:
+        for bucket in buckets:
+            load.load(bucket)
+    except BaseException:
+        load.abort()
+        raise
+    return load.end()
+
+
 def test_buckets_load_one_rpc_each_between_begin_and_end():
     workers = RecordingWorkers()
     bucket_list = [{"a": torch.zeros(2)}, {"b": torch.zeros(3), "c": torch.zeros(1)}]
-    assert load_buckets(workers, [("a", (2,)), ("b", (3,)), ("c", (1,))], bucket_list) == 2
+    assert load_all(workers, [("a", (2,)), ("b", (3,)), ("c", (1,))], bucket_list) == 2
     assert workers.calls == [
         ("reelrl_begin_buckets", 0),
         ("reelrl_load_bucket", 1),
@@ -167,14 +180,27 @@ def test_buckets_load_one_rpc_each_between_begin_and_end():
 
 def test_a_short_or_incomplete_push_fails_by_name():
     with pytest.raises(RuntimeError, match="1 of the 2 announced"):
-        load_buckets(RecordingWorkers(), [("a", (2,)), ("b", (3,))], [{"a": torch.zeros(2)}])
+        load_all(RecordingWorkers(), [("a", (2,)), ("b", (3,))], [{"a": torch.zeros(2)}])
     with pytest.raises(RuntimeError, match="not loaded by any bucket"):
-        load_buckets(RecordingWorkers(["x.qkv_proj.weight"]), [("a", (2,))], [{"a": torch.zeros(2)}])
+        load_all(RecordingWorkers(["x.qkv_proj.weight"]), [("a", (2,))], [{"a": torch.zeros(2)}])
     # a bucket that is not the announced one still ends the reload (the engine stays usable)
     workers = RecordingWorkers()
     with pytest.raises(ValueError, match="does not match"):
-        load_buckets(workers, [("a", (2,))], [{"z": torch.zeros(2)}])
+        load_all(workers, [("a", (2,))], [{"z": torch.zeros(2)}])
     assert workers.calls[-1] == ("reelrl_end_buckets", 0)
+
+
+def test_a_bucket_outside_a_push_is_refused_and_a_push_ends_once():
+    load = BucketLoad(RecordingWorkers(), [("a", (2,))])
+    with pytest.raises(RuntimeError, match="outside a bucketed push"):
+        load.load({"a": torch.zeros(2)})
+    load.begin()
+    load.load({"a": torch.zeros(2)})
+    assert load.end() == 1
+    with pytest.raises(RuntimeError, match="no bucketed push is open"):
+        load.end()
+    load.abort()  # after the end: nothing left to finish, no RPC
+    assert load.rpc.calls[-1] == ("reelrl_end_buckets", 0) and len(load.rpc.calls) == 3
 
 
 @pytest.mark.integration

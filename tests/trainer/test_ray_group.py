@@ -103,6 +103,30 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
         # the rollout engine's push check accepts exactly these names
         Checkpoint.load(world.model).parameter_names.check(pushed, "push")
 
+        # the same weights in buckets made one at a time by both ranks (FSDP shards gathered per
+        # tensor), rank 0's sent by reference: every tensor once, in announced order, none of them
+        # in the driver until asked for
+        bucketed = group.bucket_refs(0.05)
+        assert [n for n, _ in bucketed.announced] == list(pushed)
+        assert [tuple(s) for _, s in bucketed.announced] == [tuple(t.shape) for t in pushed.values()]
+        received: dict[str, torch.Tensor] = {}
+        count = 0
+        for ref in bucketed.refs:
+            bucket = ray.get(ref)
+            size = sum(t.numel() * t.element_size() for t in bucket.values())
+            assert size <= 0.05 * 2**20 or len(bucket) == 1  # a tensor larger than a bucket goes alone
+            received.update(bucket)
+            count += 1
+        assert count > 1 and list(received) == list(pushed) and gap(received, pushed) == 0.0
+        # a pass left early closes on both ranks; the next one starts afresh
+        early = group.bucket_refs(0.05)
+        next(early.refs)
+        early.refs.close()
+        assert (
+            gap({k: v for ref in group.bucket_refs(1024).refs for k, v in ray.get(ref).items()}, pushed)
+            == 0.0
+        )
+
         ray_old = group.log_probs(temperature=1.0)
         assert gap(ray_old, old) <= TOLERANCE
         metrics = group.update([SequenceTargets(a, o) for a, o in zip(adv, ray_old, strict=True)], **UPDATE)
