@@ -115,31 +115,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     os.environ["TMPDIR"] = folder
     tempfile.tempdir = None  # re-read TMPDIR
-    _pin_worker_cores()
-
-
-def worker_cores(cores: list[int], worker: str, count: int) -> list[int]:
-    """The cores of xdist worker ``worker`` (``gw<i>``) of ``count``: its own equal slice, as the
-    colocated engine shards share a host (all of them when there are fewer cores than workers)."""
-    from services.rollout.colocated import core_share
-
-    return core_share(sorted(cores), int(worker.removeprefix("gw")), count)
-
-
-def _pin_worker_cores() -> None:
-    """Under pytest-xdist, each worker session runs on its own cores; every process it starts inherits
-    the mask. vLLM's CPU workers bind their OpenMP threads to cores picked from the allowed set, so two
-    sessions' engines left unpinned both bound the same core and their spinning teams starved each
-    other: two end-to-end files took 260 s and 223 s side by side, against 101 s and 62 s alone.
-    ``REELRL_TEST_PIN_CORES=0`` leaves the mask alone."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker or os.environ.get("REELRL_TEST_PIN_CORES", "1") == "0":
-        return
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    cores = worker_cores(list(os.sched_getaffinity(0)), worker, count)
-    os.sched_setaffinity(0, cores)
-    if "torch" in sys.modules:  # its OpenMP pool was sized from the mask it saw when it was loaded
-        sys.modules["torch"].set_num_threads(len(cores))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -168,7 +168,8 @@ def run_trl(bench: Bench, generation: str, steps: int) -> list[dict]:
     rows_file = out / "metrics.jsonl"
     if done.returncode or not rows_file.exists():
         raise PeerFailed(f"TRL 1.16.0 ({generation}) exited with {done.returncode}: {last_error(log)}")
-    return [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    return report.within(rows, bench.max_minutes)  # the same cut as ReelRL's rows
 
 
 def last_error(log: Path) -> str:
@@ -319,24 +320,32 @@ def figures(results: dict[str, report.Summary]) -> dict[str, object]:
     (null with a reason when not reached), or its reason when it could not run; the step-time ratios."""
     out: dict[str, object] = {}
     for name, s in results.items():
+        # every key of a framework that ran this time, null where it has no value: a figure of an
+        # earlier run must not stay beside this run's reason (results.json merges what it is given)
         key = f"peer_{FRAMEWORKS[name].key}"
-        if s.reason is not None:
-            out[f"{key}_reason"] = s.reason
-            continue
-        out[f"{key}_step_s"] = None if s.step_s is None else round(s.step_s, 3)
-        out[f"{key}_heldout_accuracy"] = None if s.accuracy is None else round(s.accuracy, 3)
-        out[f"{key}_steps"] = s.steps
-        out[f"{key}_minutes_to_09"] = None if s.minutes_to_target is None else round(s.minutes_to_target, 2)
-        if s.minutes_to_target is None:
-            out[f"{key}_minutes_to_09_reason"] = (
-                f"not reached: held-out {s.accuracy} after {s.steps} steps, {s.minutes:.1f} training minutes"
-            )
+        ran = s.reason is None
+        out[f"{key}_reason"] = s.reason
+        out[f"{key}_step_s"] = None if not ran or s.step_s is None else round(s.step_s, 3)
+        out[f"{key}_heldout_accuracy"] = None if not ran or s.accuracy is None else round(s.accuracy, 3)
+        out[f"{key}_steps"] = s.steps if ran else None
+        reached = ran and s.minutes_to_target is not None
+        out[f"{key}_minutes_to_09"] = round(s.minutes_to_target, 2) if reached else None
+        out[f"{key}_minutes_to_09_reason"] = (
+            None
+            if reached
+            else f"not reached: held-out {s.accuracy} after {s.steps} steps, {s.minutes:.1f} training minutes"
+            if ran
+            else f"did not run: {s.reason}"
+        )
     ours = results.get("reelrl-image")
     for peer in ("trl", "trl-vllm", "verl"):
-        theirs = results.get(peer)
-        if ours is None or theirs is None or theirs.step_s is None or not ours.step_s:
+        if peer not in results:
             continue
-        out[f"peer_{FRAMEWORKS[peer].key}_step_time_ratio"] = round(theirs.step_s / ours.step_s, 2)
+        theirs = results[peer]
+        measured = ours is not None and bool(ours.step_s) and theirs.step_s is not None
+        out[f"peer_{FRAMEWORKS[peer].key}_step_time_ratio"] = (
+            round(theirs.step_s / ours.step_s, 2) if measured else None
+        )
     return out
 
 

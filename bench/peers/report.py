@@ -4,10 +4,11 @@ table and the curves figure. Pure functions of the rows, so the same code reads 
 
 Minutes count training only, on every side: from the first step to the validation, with the time spent
 validating taken out (each side validates with its own engine; that is the bench's measurement, not the
-framework's training). A driver writes that as ``perf/train_s``. ReelRL's ``perf/elapsed_s`` includes
-its validations (services/trainer/loop.py), so for its rows a validation's seconds are estimated as
-that step's gap in ``perf/elapsed_s`` less its ``timing/step_s`` less the usual per-step overhead (the
-median of the same gap on steps without a validation), and subtracted.
+framework's training). A driver writes that as ``perf/train_s``, and so does ReelRL's loop (its
+``perf/elapsed_s`` includes its validations). For rows without it (runs of older ReelRL code) a
+validation's seconds are estimated as that step's gap in ``perf/elapsed_s`` less its ``timing/step_s``
+less the usual per-step overhead (the median of the same gap on steps without a validation), and
+subtracted.
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ def train_seconds(rows: list[dict[str, Any]]) -> dict[int, float]:
 def curve(rows: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
     """(step, training minutes, held-out accuracy) of every validation, step 0's at minute 0."""
     seconds = train_seconds(rows)
-    return [
-        (r["step"], seconds.get(r["step"], 0.0) / 60, r["val/accuracy"]) for r in rows if "val/accuracy" in r
-    ]
+    return [(r["step"], _at(seconds, r["step"]) / 60, r["val/accuracy"]) for r in rows if "val/accuracy" in r]
 
 
 def within(rows: list[dict[str, Any]], max_minutes: float | None) -> list[dict[str, Any]]:
@@ -54,7 +53,13 @@ def within(rows: list[dict[str, Any]], max_minutes: float | None) -> list[dict[s
     if max_minutes is None:
         return rows
     seconds = train_seconds(rows)
-    return [r for r in rows if seconds.get(r.get("step", 0), 0.0) <= max_minutes * 60]
+    return [r for r in rows if _at(seconds, r.get("step", 0)) <= max_minutes * 60]
+
+
+def _at(seconds: dict[int, float], step: int) -> float:
+    """Training seconds at ``step``: 0 before the first; a later step without a time is an error, not
+    minute 0."""
+    return 0.0 if step == 0 else seconds[step]
 
 
 @dataclass

@@ -27,6 +27,7 @@ exported anyway, vLLM's CPU platform lets it override that argument.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -35,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from services.common.orphans import MARKER, owner_marker
+
+log = logging.getLogger(__name__)
 
 DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
@@ -56,8 +59,13 @@ def engine_environment() -> Iterator[Path]:
     compile_cache = compile_cache_dir()
     _uncache_vllm_envs()
     folder = Path(tempfile.mkdtemp(prefix="reelrl-vllm-"))
-    compile_cache.mkdir(parents=True, exist_ok=True)
-    (folder / compile_cache_dir_name()).symlink_to(compile_cache, target_is_directory=True)
+    try:
+        compile_cache.mkdir(parents=True, exist_ok=True)
+        (folder / compile_cache_dir_name()).symlink_to(compile_cache, target_is_directory=True)
+    except OSError as exc:  # only a speed-up: without it the engine compiles its headers again
+        log.warning(
+            "torch's compile cache %s cannot be linked into the engine's folder: %s", compile_cache, exc
+        )
     saved = {name: os.environ.get(name) for name in PRIVATE}
     os.environ["TMPDIR"] = str(folder)
     os.environ.setdefault("VLLM_RPC_BASE_PATH", str(folder))
@@ -83,7 +91,8 @@ def compile_cache_dir() -> Path:
     """The compile cache torch would use in this process: an exported one, else its default."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
+    # absolute, as torch makes it: a relative one would be read from the engine's folder
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()).absolute()
 
 
 def _uncache_vllm_envs() -> None:

@@ -171,18 +171,17 @@ class Fleet:
         engine then reports its weight version, which must be the next one. ``BucketRefs`` (buckets made
         one at a time by the actor ranks) are one pass that every engine shares, bucket by bucket."""
         started = time.perf_counter()
-        live = self._serving()
+        if isinstance(weights, BucketRefs) and self._restart is not None and self._current_weights is None:
+            raise ValueError(
+                "buckets pushed by reference are one pass: a fleet that restarts engines needs "
+                "current_weights to make another for a replacement"
+            )
+        live = self._serving()  # replacements adopted first: their pushes are over before this one starts
         version = self.weight_version + 1
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         if isinstance(weights, BucketRefs):
-            if self._restart is not None and self._current_weights is None:
-                raise ValueError(
-                    "buckets pushed by reference are one pass: a fleet that restarts engines needs "
-                    "current_weights to make another for a replacement"
-                )
-            pushed = self._push_shared_pass(live, weights, deadline)
+            pushed = self._push_shared_pass(live, weights)
         else:
-            pushed = self._each(live, lambda m: m.engine.push_weights(weights), deadline)
+            pushed = self._each(live, lambda m: m.engine.push_weights(weights), self._deadline())
         for member in pushed:
             self._record_push(member, version)
         if not pushed:
@@ -193,50 +192,65 @@ class Fleet:
         return time.perf_counter() - started
 
     def _push_shared_pass(
-        self, live: list[_Member], weights: BucketRefs, deadline: float | None
+        self, members: list[_Member], weights: BucketRefs, fail: Callable[[_Member, str], None] | None = None
     ) -> list[_Member]:
-        """Every engine opens the push, takes each bucket before the next is made, and closes it. An
-        engine that fails leaves the pass (and the fleet, see ``_fail``); the others go on."""
-        members = self._each(live, lambda m: m.engine.begin_weight_buckets(weights.announced), deadline)
+        """Every engine opens the push, takes each bucket before the next is made, and closes it; each
+        call under a limit of its own (making a bucket is the trainer's time, not the engines'). An
+        engine that fails leaves the pass (``fail``, default ``_fail``); the others go on. Names or
+        shapes refused at the start leave every engine as it was. Anything else that stops the pass
+        (a rank that failed making a bucket, a bucket unlike the announced ones) is raised after each
+        engine still in it has finished its reload; their weights are then undefined, so they leave
+        the fleet too (a replacement is brought to the current weights before it gets work)."""
+        fail = fail or self._fail
+        members = self._each(members, lambda m: m.engine.begin_weight_buckets(weights.announced), fail=fail)
         try:
             for ref in weights.refs:
                 if not members:
                     break
-                members = self._each(members, lambda m, ref=ref: m.engine.load_weight_bucket(ref), deadline)
+                members = self._each(members, lambda m, ref=ref: m.engine.load_weight_bucket(ref), fail=fail)
                 del ref  # before the next bucket is made: the object store frees this one
-        except ValueError:
-            for member in members:  # a bucket unlike the announced ones: finish each engine's reload
-                try:
-                    member.engine.end_weight_buckets(failed=True)
-                except Exception as exc:
-                    log.warning("rollout engine %d: ending a refused push: %s", member.index, exc)
+        except BaseException as exc:
+            ended = self._each(
+                members, lambda m: m.engine.end_weight_buckets(failed=True), fail=fail, refusals=()
+            )
+            for member in ended:
+                fail(member, f"weight push interrupted ({type(exc).__name__}: {exc}): weights undefined")
             raise
         finally:
             close = getattr(weights.refs, "close", None)
             if close is not None:  # a pass left early: the ranks close theirs
                 close()
-        return self._each(members, lambda m: m.engine.end_weight_buckets(), deadline)
+        return self._each(members, lambda m: m.engine.end_weight_buckets(), fail=fail)
+
+    def _deadline(self) -> float | None:
+        return None if self.timeout_s is None else time.monotonic() + self.timeout_s
 
     def _each(
-        self, members: list[_Member], call: Callable[[_Member], Any], deadline: float | None
+        self,
+        members: list[_Member],
+        call: Callable[[_Member], Any],
+        deadline: float | None = None,
+        *,
+        fail: Callable[[_Member, str], None] | None = None,
+        refusals: tuple[type[BaseException], ...] = (ValueError, StaleWeights),
     ) -> list[_Member]:
-        """``call`` on every member at once, within the push's deadline; returns the members it
-        succeeded on. A member that raises or runs past the deadline is failed; wrong names or shapes
-        (ValueError, StaleWeights: the same for every engine, which kept its weights) are raised."""
+        """``call`` on every member at once, within ``deadline`` (None: ``timeout_s`` from now); returns
+        the members it succeeded on. A member that raises or runs past the deadline is failed (``fail``,
+        default ``_fail``); ``refusals`` (wrong names or shapes: the same for every engine) are raised."""
+        fail = fail or self._fail
+        deadline = deadline if deadline is not None else self._deadline()
         calls = {self._pool.submit(call, m): m for m in members}
         done = []
         for future, member in calls.items():
             try:
                 future.result(timeout=_left(deadline))
                 done.append(member)
-            except (ValueError, StaleWeights):
+            except refusals:
                 raise
             except FutureTimeout as exc:
-                self._fail(
-                    member, "weight push: " + _timeout_reason(future, exc, "took more than", self.timeout_s)
-                )
+                fail(member, "weight push: " + _timeout_reason(future, exc, "took more than", self.timeout_s))
             except Exception as exc:
-                self._fail(member, f"weight push: {type(exc).__name__}: {exc}")
+                fail(member, f"weight push: {type(exc).__name__}: {exc}")
         return done
 
     def sleep(self, level: int = 1) -> bool:
@@ -357,8 +371,20 @@ class Fleet:
                 label = int(engine.weight_version)
                 if self.weight_version:
                     current = self._current_weights() if self._current_weights is not None else self._weights
-                    # under the same limit as every push: a replacement that hangs here must not hang the call
-                    self._pool.submit(engine.push_weights, current).result(timeout=self.timeout_s)
+                    if isinstance(current, BucketRefs):
+                        # on this thread: the pass drives the actor ranks, and must be over (or closed)
+                        # before anything else asks them for a collective
+                        candidate = _Member(member.index, engine, label=label)
+                        lost: list[str] = []
+
+                        def note(_: _Member, why: str, lost: list[str] = lost) -> None:
+                            lost.append(why)
+
+                        if not self._push_shared_pass([candidate], current, note):
+                            raise RuntimeError(lost[-1] if lost else "the push did not finish")
+                    else:
+                        # under the same limit as every push: a replacement that hangs must not hang the call
+                        self._pool.submit(engine.push_weights, current).result(timeout=self.timeout_s)
                     if int(engine.weight_version) != label + 1:
                         raise StaleWeights(f"the restarted engine {member.index} did not take the weights")
                     label += 1

@@ -366,9 +366,9 @@ def _preprocess(
 
     rows: dict[str, dict[str, Any]] = {}
     row_of: list[str] = []
-    for sample, _, paths, _ in entries:
+    for sample, _, paths, keys in entries:
         videos = [str(p) for p in paths]
-        what = json.dumps([videos, sample.video_params], sort_keys=True, default=str)
+        what = "\n".join(keys)  # the clips' store keys: content and parameters, whatever the file names
         if what not in rows:
             rows[what] = {"id": f"clip-{len(rows)}", "videos": videos, "video_params": sample.video_params}
         row_of.append(rows[what]["id"])

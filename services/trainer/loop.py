@@ -365,7 +365,7 @@ class Trainer:
             if self.start_step == 0 and cfg.val_before_train and self.val_samples:
                 last_val = self.validate()
                 self.logger.log(0, last_val)
-            started = time.perf_counter()
+            started, validating = time.perf_counter(), 0.0
             for step in range(self.start_step + 1, cfg.total_steps + 1):
                 metrics = self.train_step(step)
                 done = step
@@ -373,8 +373,11 @@ class Trainer:
                 if last_step_val and self.val_samples:
                     last_val = self.validate(step)
                     metrics.update(last_val)
-                # wall time of this process's training so far (validation included, setup not)
+                    validating += last_val["perf/val_s"]
+                # wall time of this process's training so far (validation included, setup not), and
+                # the same without validation: what a comparison of training speed counts
                 metrics["perf/elapsed_s"] = time.perf_counter() - started
+                metrics["perf/train_s"] = metrics["perf/elapsed_s"] - validating
                 self.logger.log(step, metrics, samples=self._batch_ids)
                 self._console(step, metrics)
                 if self.hooks.on_progress is not None:
@@ -589,6 +592,7 @@ class Trainer:
         """Greedy (``rollout.val_temperature``) answers to every validation sample, scored by the reward
         library: accuracy and format in total and per problem type. Sharded across the fleet's engines;
         sampled (val_temperature > 0) answers are seeded by ``step``."""
+        began = time.perf_counter()
         cfg = self.config.rollout
         overrides: dict[str, Any] = {"temperature": cfg.val_temperature}
         if cfg.val_max_tokens:
@@ -610,6 +614,7 @@ class Trainer:
             by_type[s.problem_type.replace(" ", "_")].append(r.accuracy)
         for ptype, values in by_type.items():
             m[f"val/accuracy/{ptype}"] = _mean(values)
+        m["perf/val_s"] = time.perf_counter() - began
         return m
 
     # ------------------------------------------------------------------ warm start ---------------------

@@ -127,27 +127,34 @@ class ActorWorker:
     # -- a bucketed push to engines in other actors: every rank walks the buckets together (each tensor
     # is gathered by a collective); rank 0's bucket is the one sent -------------------------------------
 
-    def buckets_open(self, bucket_mb: float) -> dict[str, Any]:
-        """Start a pass over the weights in buckets of ``bucket_mb`` MiB: every (name, shape) and how
-        many buckets the pass has (the same on every rank)."""
-        from services.trainer.weight_buckets import buckets, manifest, plan
+    def buckets_plan(self, bucket_mb: float) -> dict[str, Any]:
+        """What a pass in buckets of ``bucket_mb`` MiB carries: every (name, shape), how many buckets, how
+        many bytes (the same on every rank; nothing is opened)."""
+        from services.trainer.weight_buckets import manifest, plan
 
-        model, dtype = self.group.actor.model, self.group.push_dtype
-        entries = manifest(model.state_dict(), dtype)
-        self._buckets = buckets(model, dtype, bucket_mb)
+        entries = manifest(self.group.actor.model.state_dict(), self.group.push_dtype)
         return {
             "announced": [(e.name, e.shape) for e in entries],
             "buckets": len(plan(entries, bucket_mb)),
             "nbytes": sum(e.nbytes for e in entries),
         }
 
-    def buckets_next(self) -> dict[str, torch.Tensor]:
-        """The pass's next bucket, on the CPU: rank 0's whole; the other ranks keep nothing (they took
-        part in the gathers)."""
+    def buckets_open(self, bucket_mb: float) -> None:
+        """Start a pass over the weights in buckets of ``bucket_mb`` MiB (one open pass per rank)."""
+        from services.trainer.weight_buckets import buckets
+
+        self._buckets = buckets(self.group.actor.model, self.group.push_dtype, bucket_mb)
+
+    def buckets_next(self) -> list[Any]:
+        """The pass's next bucket, on the CPU: on rank 0, ``[reference]`` to it in the object store (a
+        reference the driver hands on, so a failure here reaches the driver as this rank's, never as
+        the engines'); the other ranks keep nothing (they took part in the gathers): ``[]``."""
+        import ray
+
         if self._buckets is None:
             raise RuntimeError("no weight bucket pass is open on this rank")
         bucket = next(self._buckets)
-        return bucket if self.rank == 0 else {}
+        return [ray.put(bucket)] if self.rank == 0 else []
 
     def buckets_close(self) -> None:
         self._buckets = None
@@ -369,19 +376,20 @@ class RayActorGroup:
     def bucket_refs(self, bucket_mb: float) -> BucketRefs:
         """The weights as a bucketed push for engines in other Ray actors: each bucket is made by every
         rank at once when the push asks for it (rank 0's, as an object reference), so no process holds
-        a full copy and the object store holds one bucket at a time (see ``BucketRefs``)."""
-        import ray
+        a full copy and the object store holds one bucket at a time (see ``BucketRefs``). The ranks'
+        pass opens with the first bucket asked for, so passes made one after another never overlap."""
 
-        plan = self._call("buckets_open", bucket_mb)[0]
+        plan = self._call("buckets_plan", bucket_mb)[0]
 
         def refs() -> Iterator[Any]:
+            self._call("buckets_open", bucket_mb)
             try:
                 for _ in range(plan["buckets"]):
-                    made = [w.buckets_next.remote() for w in self.workers]
-                    self._gather(made[1:], "weight buckets")  # {}: cheap to fetch
-                    ray.wait(made[:1], num_returns=1)
-                    yield made[0]
-                    del made  # the bucket leaves the object store once every engine has it
+                    (ref,) = self._gather([w.buckets_next.remote() for w in self.workers], "weight buckets")[
+                        0
+                    ]
+                    yield ref
+                    del ref  # the bucket leaves the object store once every engine has it
             finally:
                 self._call("buckets_close")
 

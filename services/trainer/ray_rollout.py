@@ -10,7 +10,6 @@ travel through Ray's object store: a state dict, or bucket by bucket as the acto
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,26 +117,11 @@ class RayRolloutEngine:
     # ---- the weight push: one method, so that its transport can change alone --------------------------
 
     def push_weights(self, state: Any) -> float:
-        """``state``: a state dict, an object reference to one (resolved inside the actor), or
-        :class:`~services.rollout.weight_sync.BucketRefs` (one bucket at a time, see
-        :meth:`begin_weight_buckets`)."""
+        """``state``: a state dict, or an object reference to one (resolved inside the actor). Buckets by
+        reference go through the session below, which the fleet drives for all its engines at once."""
         import ray
 
-        from services.rollout.weight_sync import BucketRefs
-
-        if not isinstance(state, BucketRefs):
-            return float(ray.get(self.worker.push_weights.remote(state, "file")))
-        started = time.perf_counter()
-        self.begin_weight_buckets(state.announced)
-        try:
-            for ref in state.refs:
-                self.load_weight_bucket(ref)
-                del ref  # before the next bucket is made: the object store frees this one
-        except BaseException:
-            self.end_weight_buckets(failed=True)
-            raise
-        self.end_weight_buckets()
-        return time.perf_counter() - started
+        return float(ray.get(self.worker.push_weights.remote(state, "file")))
 
     def begin_weight_buckets(self, announced: Sequence[tuple[str, tuple[int, ...]]]) -> None:
         """Open a bucketed push inside the actor (names and shapes checked there first)."""

@@ -85,7 +85,13 @@ def test_figures_give_the_step_time_ratio_and_a_peer_s_reason() -> None:
     found = figures({"reelrl-image": ours, "trl": theirs, "verl": failed})
     assert found["peer_trl_step_time_ratio"] == 2.0  # 3.0 / 1.5
     assert found["peer_verl_reason"] == "ValueError: no GPU"
-    assert "peer_verl_step_time_ratio" not in found
+    # every key of each framework that ran is written, null where there is no value, so results.json
+    # (which merges) keeps no figure of an earlier run beside this run's reason
+    assert found["peer_verl_step_time_ratio"] is None and found["peer_verl_minutes_to_09"] is None
+    assert found["peer_verl_minutes_to_09_reason"] == "did not run: ValueError: no GPU"
+    assert found["peer_trl_reason"] is None and found["peer_trl_minutes_to_09"] is None
+    assert found["peer_trl_minutes_to_09_reason"].startswith("not reached: held-out 0.5 after 4 steps")
+    assert "peer_trl_vllm_step_time_ratio" not in found  # not run this time: left as it was
     assert "cannot run: ValueError: no GPU" in failed.markdown()
 
 

@@ -12,6 +12,7 @@ import pytest
 from services.rollout.fleet import Fleet, FleetError, StaleWeights
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
 from services.rollout.seeds import SeedKey, group_seeds
+from services.rollout.weight_sync import BucketRefs
 
 
 class Recording:
@@ -59,6 +60,27 @@ class Recording:
         self.pushes.append(weights)
         self.weight_version += 1
         return 0.0
+
+    # a bucketed push by reference, one call per bucket (RayRolloutEngine's session)
+    def begin_weight_buckets(self, announced) -> None:
+        if self.fail == "refuse-push":
+            raise ValueError("1 announced tensors have the wrong shape")
+        self.events.append("begin")
+        self.buckets: list[Any] = []
+
+    def load_weight_bucket(self, ref: Any) -> int:
+        if self.fail == "raise-bucket":
+            raise RuntimeError(f"{self.name} died")
+        self.events.append(f"load {ref}")
+        self.buckets.append(ref)
+        return 1
+
+    def end_weight_buckets(self, *, failed: bool = False) -> int:
+        self.events.append("end failed" if failed else "end")
+        self.weight_version += 1  # as the engine: its weights moved on, whole or not
+        if not failed:
+            self.pushes.append(tuple(self.buckets))
+        return len(self.buckets)
 
     def sleep(self, level: int = 1) -> bool:
         return False
@@ -257,3 +279,112 @@ def test_shutdown_stops_every_engine_even_when_one_fails() -> None:
         f.shutdown()
     assert a.stopped and b.stopped and c.stopped
     f.shutdown()  # idempotent
+
+
+class Ranks:
+    """The actor ranks' side of a bucketed push by reference: one open pass at a time (as each rank
+    holds one), opened when its first bucket is asked for; ``stop_after``: the ranks fail then."""
+
+    def __init__(self, buckets: int = 3, stop_after: int | None = None) -> None:
+        self.buckets, self.stop_after = buckets, stop_after
+        self.open: object | None = None
+        self.log: list[str] = []
+        self.passes = 0
+
+    def bucket_refs(self) -> BucketRefs:
+        self.passes += 1
+        name = f"p{self.passes}"
+
+        def refs():
+            me = object()
+            self.open = me
+            self.log.append(f"open {name}")
+            try:
+                for i in range(self.buckets):
+                    if self.stop_after is not None and i == self.stop_after:
+                        raise RuntimeError("actor rank 1 of 2 failed in weight buckets")
+                    assert self.open is me, "another pass took the ranks' slot"
+                    yield f"{name}-{i}"
+            finally:
+                self.open = None
+                self.log.append(f"close {name}")
+
+        return BucketRefs(announced=(("w", (1,)),), refs=refs())
+
+
+def test_buckets_by_reference_reach_every_engine_before_the_next_is_made() -> None:
+    ranks = Ranks(buckets=3)
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=lambda i: Recording(f"new{i}"), current_weights=ranks.bucket_refs) as f:
+        f.push_weights(ranks.bucket_refs())
+        assert f.weight_version == 1
+    for engine in (a, b):
+        assert engine.events == ["begin", "load p1-0", "load p1-1", "load p1-2", "end"]
+        assert engine.pushes == [("p1-0", "p1-1", "p1-2")]
+    assert ranks.log == ["open p1", "close p1"]
+
+
+def test_a_replacement_s_pass_is_over_before_the_push_that_adopts_it_opens_its_own() -> None:
+    ranks = Ranks(buckets=2)
+    replacements: list[Recording] = []
+
+    def restart(index: int) -> Recording:
+        replacements.append(Recording(f"new{index}"))
+        return replacements[-1]
+
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=restart, current_weights=ranks.bucket_refs) as f:
+        f.push_weights(ranks.bucket_refs())
+        b.fail = "raise"
+        f.rollout(samples(2))
+        deadline = time.monotonic() + 10
+        while not replacements and time.monotonic() < deadline:
+            time.sleep(0.01)
+        f.members[1].restart.result(10)
+        # the loop makes the push's pass before the fleet adopts the replacement (which makes one more)
+        f.push_weights(ranks.bucket_refs())
+        (new,) = replacements
+        assert f.members[1].engine is new and f.members[1].alive and f.weight_version == 2
+    assert new.pushes == [("p3-0", "p3-1"), ("p2-0", "p2-1")]  # the current weights, then the push's
+    assert ranks.log == ["open p1", "close p1", "open p3", "close p3", "open p2", "close p2"]
+
+
+def test_a_pass_the_ranks_stop_ends_every_engine_s_push_and_takes_them_out() -> None:
+    ranks = Ranks(buckets=3, stop_after=1)
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=lambda i: Recording(f"new{i}"), current_weights=ranks.bucket_refs) as f:
+        with pytest.raises(RuntimeError, match="actor rank 1 of 2 failed"):
+            f.push_weights(ranks.bucket_refs())
+        # each engine finished its reload (it can generate again), but its weights are undefined: out
+        assert a.events[-1] == b.events[-1] == "end failed"
+        assert not any(m.alive for m in f.members) and f.weight_version == 0
+        assert f.pop_metrics()["rollout/engine_failures"] == 2
+    assert ranks.log == ["open p1", "close p1"]
+
+
+def test_an_engine_lost_mid_pass_leaves_it_and_the_others_finish() -> None:
+    ranks = Ranks(buckets=2)
+    a, b = Recording("a"), Recording("b", fail="raise-bucket")
+    with fleet(a, b, restart=lambda i: Recording(f"new{i}"), current_weights=ranks.bucket_refs) as f:
+        f.push_weights(ranks.bucket_refs())
+        assert f.weight_version == 1 and f.members[0].alive and not f.members[1].alive
+    assert a.pushes == [("p1-0", "p1-1")] and "end" not in b.events
+    assert ranks.log == ["open p1", "close p1"]
+
+
+def test_refused_names_leave_every_engine_as_it_was_and_make_no_bucket() -> None:
+    ranks = Ranks()
+    a, b = Recording("a", fail="refuse-push"), Recording("b", fail="refuse-push")
+    with fleet(a, b, restart=lambda i: Recording(f"new{i}"), current_weights=ranks.bucket_refs) as f:
+        with pytest.raises(ValueError, match="wrong shape"):
+            f.push_weights(ranks.bucket_refs())
+        assert all(m.alive for m in f.members) and f.weight_version == 0
+    assert ranks.log == [] and a.weight_version == b.weight_version == 0
+
+
+def test_a_restarting_fleet_without_current_weights_refuses_a_pass_by_reference() -> None:
+    with (
+        fleet(Recording("a"), restart=lambda i: Recording("new")) as f,
+        pytest.raises(ValueError, match="one pass"),
+    ):
+        f.push_weights(Ranks().bucket_refs())

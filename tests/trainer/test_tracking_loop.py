@@ -67,7 +67,15 @@ def test_resumed_run_holds_every_step_once_in_wandb_and_mlflow(reelrl_home: Path
     shutil.rmtree(out / "checkpoints" / "step_000003")
     _train(out, data, model, 4, tmp_path)
 
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [0, 1, 2, 3, 4]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    # training time leaves validation out: the resumed process validates once in its loop, at step 4
+    # (its step 3, recomputed, is the row kept for step 3)
+    for r in rows[1:]:
+        validated = r["perf/val_s"] if "val/accuracy" in r else 0.0
+        assert r["perf/elapsed_s"] - r["perf/train_s"] == pytest.approx(validated, abs=1e-6), r["step"]
+    assert rows[4]["perf/val_s"] > 0 and rows[4]["perf/train_s"] < rows[4]["perf/elapsed_s"]
+    assert "perf/val_s" in rows[0] and not any("perf/val_s" in r for r in rows[1:4])
     record = json.loads((out / "trackers.json").read_text())
 
     # wandb: two offline run folders (one per process), one run id, each step once
