@@ -210,6 +210,16 @@ def test_a_refused_input_is_the_input_s_error_not_an_engine_failure() -> None:
         assert f.pop_metrics()["rollout/engine_failures"] == 0.0
 
 
+def lose_and_wait(f: Fleet, engine: Recording, replacements: list[Recording]) -> None:
+    """``engine`` (the fleet's second) dies in a rollout; wait until its replacement has started."""
+    engine.fail = "raise"
+    f.rollout(samples(2))
+    deadline = time.monotonic() + 10
+    while not replacements and time.monotonic() < deadline:
+        time.sleep(0.01)
+    f.members[1].restart.result(10)
+
+
 def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
     replacements: list[Recording] = []
 
@@ -220,12 +230,7 @@ def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart) as f:
         f.push_weights("w1")
-        b.fail = "raise"
-        f.rollout(samples(2))
-        deadline = time.monotonic() + 10
-        while not replacements and time.monotonic() < deadline:
-            time.sleep(0.01)
-        f.members[1].restart.result(10)
+        lose_and_wait(f, b, replacements)
         groups = f.rollout(samples(4))
         (new,) = replacements
         assert new.events[0] == "push" and new.pushes == ["w1"]
@@ -335,12 +340,7 @@ def test_a_replacement_s_pass_is_over_before_the_push_that_adopts_it_opens_its_o
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart, current_weights=ranks.bucket_refs) as f:
         f.push_weights(ranks.bucket_refs())
-        b.fail = "raise"
-        f.rollout(samples(2))
-        deadline = time.monotonic() + 10
-        while not replacements and time.monotonic() < deadline:
-            time.sleep(0.01)
-        f.members[1].restart.result(10)
+        lose_and_wait(f, b, replacements)
         # the loop makes the push's pass before the fleet adopts the replacement (which makes one more)
         f.push_weights(ranks.bucket_refs())
         (new,) = replacements
