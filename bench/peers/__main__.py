@@ -1,7 +1,7 @@
 """ReelRL against the GRPO trainers people use today, side by side: the same model, task, samples,
 reward and budget, one framework after another on the same 2 cores.
 
-    $VENV/bin/python -m bench.peers [--steps 400] [--val-every 20] [--max-minutes 8] [--allow-load]
+    $VENV/bin/python -m bench.peers [--steps 320] [--val-every 20] [--max-minutes 8] [--allow-load]
         [--frameworks reelrl-video,reelrl-image,trl,trl-vllm,verl] [--work DIR] [--no-record]
 
 The work (bench/peers/task.py):
@@ -352,7 +352,12 @@ def figures(results: dict[str, report.Summary]) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work" / "peers")
-    parser.add_argument("--steps", type=int, default=400, help="optimizer steps of every framework")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=320,
+        help="optimizer steps of every framework (8 minutes of ReelRL on video at ~1.5 s a step)",
+    )
     parser.add_argument("--val-every", type=int, default=20)
     parser.add_argument("--max-minutes", type=float, default=8.0, help="training minutes of every framework")
     parser.add_argument(
