@@ -181,7 +181,7 @@ class Fleet:
         if isinstance(weights, BucketRefs):
             pushed = self._push_shared_pass(live, weights)
         else:
-            pushed = self._each(live, lambda m: m.engine.push_weights(weights), self._deadline())
+            pushed = self._each(live, lambda m: m.engine.push_weights(weights))
         for member in pushed:
             self._record_push(member, version)
         if not pushed:
@@ -222,23 +222,19 @@ class Fleet:
                 close()
         return self._each(members, lambda m: m.engine.end_weight_buckets(), fail=fail)
 
-    def _deadline(self) -> float | None:
-        return None if self.timeout_s is None else time.monotonic() + self.timeout_s
-
     def _each(
         self,
         members: list[_Member],
         call: Callable[[_Member], Any],
-        deadline: float | None = None,
         *,
         fail: Callable[[_Member, str], None] | None = None,
         refusals: tuple[type[BaseException], ...] = (ValueError, StaleWeights),
     ) -> list[_Member]:
-        """``call`` on every member at once, within ``deadline`` (None: ``timeout_s`` from now); returns
-        the members it succeeded on. A member that raises or runs past the deadline is failed (``fail``,
+        """``call`` on every member at once, within ``timeout_s`` from now; returns the members it
+        succeeded on. A member that raises or runs past the deadline is failed (``fail``,
         default ``_fail``); ``refusals`` (wrong names or shapes: the same for every engine) are raised."""
         fail = fail or self._fail
-        deadline = deadline if deadline is not None else self._deadline()
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         calls = {self._pool.submit(call, m): m for m in members}
         done = []
         for future, member in calls.items():

@@ -286,10 +286,13 @@ class Trainer:
             media_limits=rollout.engine.limit_mm_per_prompt,
             check_stop=lambda: self._stop_if_asked("data preparation"),
         )  # fmt: skip
-        splits = {"train": cfg.data.train_files, "val": cfg.data.val_files, "warmup": cfg.warmup.files}
         # the splits this run reads, prepared together: one worker pool decodes what any of them lacks
-        wanted = {"train": True, "val": bool(cfg.data.val_files), "warmup": bool(cfg.warmup.steps)}
-        prepared = prepare_splits({k: v for k, v in splits.items() if wanted[k]}, **common)
+        splits = {"train": cfg.data.train_files}
+        if cfg.data.val_files:
+            splits["val"] = cfg.data.val_files
+        if cfg.warmup.steps:
+            splits["warmup"] = cfg.warmup.files
+        prepared = prepare_splits(splits, **common)
         self.train_samples, self.train_report = prepared["train"]
         self.val_samples, self.val_report = prepared.get("val", ([], None))
         if cfg.trainer.val_limit is not None:
