@@ -78,8 +78,9 @@ class Summary:
     reason: str | None = None  # why the framework did not run (then every figure is None)
 
     def markdown(self) -> str:
+        note = f" {self.note}" if self.note else ""
         if self.reason is not None:
-            return f"| {self.framework} | {self.form} | – | – | – | cannot run: {self.reason} |"
+            return f"| {self.framework}{note} | {self.form} | – | – | – | cannot run: {self.reason} |"
         reached = (
             f"**{self.minutes_to_target:.2f}**"
             if self.minutes_to_target is not None
@@ -88,7 +89,6 @@ class Summary:
         step = f"{self.step_s:.3f}" if self.step_s is not None else "–"
         tokens = f"{self.gen_tokens_per_s:,.0f}" if self.gen_tokens_per_s is not None else "–"
         accuracy = f"{self.accuracy:.3f} at {self.steps}" if self.accuracy is not None else "–"
-        note = f" {self.note}" if self.note else ""
         return f"| {self.framework}{note} | {self.form} | {step} | {tokens} | {accuracy} | {reached} |"
 
 

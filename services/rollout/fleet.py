@@ -257,10 +257,13 @@ class Fleet:
         return any([m.engine.wake_up() for m in self._serving()])
 
     def pop_metrics(self) -> dict[str, float]:
-        """``rollout/engine_failures`` since the last call (engines dropped or timed out)."""
+        """``rollout/engine_failures`` since the last call (engines dropped or timed out), and
+        ``rollout/engines_alive``: the engines that get work now (a dropped one is back once its
+        replacement holds the current weights)."""
         with self._lock:
             failures, self._failures = self._failures, 0
-        return {"rollout/engine_failures": float(failures)}
+            alive = sum(m.alive for m in self.members)
+        return {"rollout/engine_failures": float(failures), "rollout/engines_alive": float(alive)}
 
     def shutdown(self) -> None:
         """Stop every engine, replacements being started included, each even when another fails; the

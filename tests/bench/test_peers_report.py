@@ -93,6 +93,11 @@ def test_figures_give_the_step_time_ratio_and_a_peer_s_reason() -> None:
     assert found["peer_trl_minutes_to_09_reason"].startswith("not reached: held-out 0.5 after 4 steps")
     assert "peer_trl_vllm_step_time_ratio" not in found  # not run this time: left as it was
     assert "cannot run: ValueError: no GPU" in failed.markdown()
+    # a row that cannot run still names the path it tried (two TRL rows differ only by it)
+    trl_vllm = Summary(
+        "TRL 1.16.0", "image (4 frames)", 0, None, None, None, None, 0.0, "(vLLM colocate)", "boom"
+    )
+    assert trl_vllm.markdown().startswith("| TRL 1.16.0 (vLLM colocate) | image (4 frames) | – |")
 
 
 def test_the_last_error_of_a_log_is_the_exception_line(tmp_path: Path) -> None:

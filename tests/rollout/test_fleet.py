@@ -157,8 +157,8 @@ def test_a_failing_engine_s_groups_go_to_the_others_and_are_counted() -> None:
     with fleet(a, b) as f:
         groups = f.rollout(samples(4))
         assert [g.sample_id for g in groups] == ["s0", "s1", "s2", "s3"]
-        assert f.pop_metrics() == {"rollout/engine_failures": 1.0}
-        assert f.pop_metrics() == {"rollout/engine_failures": 0.0}
+        assert f.pop_metrics() == {"rollout/engine_failures": 1.0, "rollout/engines_alive": 1.0}
+        assert f.pop_metrics() == {"rollout/engine_failures": 0.0, "rollout/engines_alive": 1.0}
         f.rollout(samples(2))  # the dead engine gets no more work
     assert sorted(i for served in a.served for i in served) == ["s0", "s0", "s1", "s1", "s2", "s3"]
     assert b.stopped

@@ -195,7 +195,7 @@ def test_an_engine_killed_mid_generation_leaves_the_step_complete(ray_fleet, vid
     worker.join(600)
     assert [g.sample_id for g in result["groups"]] == [s.id for s in samples]
     assert all(len(r.token_ids) == 600 for g in result["groups"] for r in g.responses)
-    assert fleet.pop_metrics() == {"rollout/engine_failures": 1.0}
+    assert fleet.pop_metrics() == {"rollout/engine_failures": 1.0, "rollout/engines_alive": 1.0}
     assert set(fleet.last_engines) == {0}
 
     # the replacement starts in the background; it takes the current weights before any work

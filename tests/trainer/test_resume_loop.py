@@ -1,8 +1,13 @@
-"""The real loop resumes a warm-started KL run with its warm-started reference: ``Trainer.setup`` reads
-the checkpoint's ``reference`` record and builds the KL anchor from it, so step 2 of a run resumed at
-step 1 (in another output folder, so the record's relative path is followed) samples the same tokens
-and logs the same ``actor/kl_ref`` and losses as the uninterrupted run (vLLM on CPU, fp32). Before the
-record, the resumed anchor was ``actor.model_path``, the un-warmed model (issue 17)."""
+"""An exact resume through the real loop (vLLM on CPU, fp32), one run checked for two things:
+
+- The warm-started reference: ``Trainer.setup`` reads the checkpoint's ``reference`` record and builds
+  the KL anchor from it, so step 2 of a run resumed at step 1 (in another output folder, so the
+  record's relative path is followed) logs the same ``actor/kl_ref`` and losses as the uninterrupted
+  run. Before the record, the resumed anchor was ``actor.model_path``, the un-warmed model (issue 17).
+- Generation is a function of the step, not of the engine's age or count: the resumed run samples on
+  two engines where the uninterrupted one had one, and step 2's tokens are the same.
+
+One pair of runs proves both (each run starts a trainer and its engines, the suite's dearest part)."""
 
 from __future__ import annotations
 
@@ -23,13 +28,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class RecordingTrainer(Trainer):
-    """Keeps every step's sampled token ids (in sample, response order)."""
+    """Keeps every step's sampled token ids (in sample, response order) and the fleet's engine count."""
 
     tokens: dict[int, list[list[int]]]
+    engine_count: int
 
     def generate(self, step: int):
         samples, groups, metrics = super().generate(step)
         self.tokens[step] = [r.token_ids for g in groups for r in g.responses if not r.offline]
+        self.engine_count = len(self.engine.members)
         return samples, groups, metrics
 
 
@@ -67,7 +74,7 @@ def step_metrics(out: Path, step: int) -> dict[str, float]:
     return found
 
 
-def test_the_real_loop_resumes_a_warm_started_kl_run_with_its_reference(
+def test_a_warm_started_kl_run_resumed_on_two_engines_repeats_the_uninterrupted_step(
     reelrl_home: Path, tmp_path: Path
 ) -> None:
     data = {
@@ -77,8 +84,14 @@ def test_the_real_loop_resumes_a_warm_started_kl_run_with_its_reference(
     whole = train(tmp_path / "whole", data, model)
     step1 = ckpt.checkpoint_dir(tmp_path / "whole", 1)
     assert ckpt.read_state(step1)["reference"] == "../../reference"
-    resumed = train(tmp_path / "resumed", data, model, **{"trainer.resume": str(step1)})
+    resumed = train(
+        tmp_path / "resumed", data, model,
+        **{"trainer.resume": str(step1), "rollout.placement": "driver", "rollout.engines": 2},
+    )  # fmt: skip
+    assert whole.engine_count == 1 and resumed.engine_count == 2
     assert sorted(whole.tokens) == [1, 2] and sorted(resumed.tokens) == [2]
+    # the sampled tokens differ from step to step (the check could not pass by replaying step 1)
+    assert whole.tokens[1] != whole.tokens[2]
     assert resumed.reference_path == str((tmp_path / "whole" / ckpt.REFERENCE_DIR).resolve())
     # the resumed run's own checkpoint names the same reference (outside its folder: absolute)
     state = ckpt.read_state(ckpt.checkpoint_dir(tmp_path / "resumed", 2))
@@ -92,10 +105,15 @@ def test_the_real_loop_resumes_a_warm_started_kl_run_with_its_reference(
     # RL starts where the warm start ended (the anchor is the warmed model, not the random one) ...
     assert first["actor/kl_ref"] == pytest.approx(0.0, abs=1e-7)
     assert before["actor/kl_ref"] > 1e-6
-    # ... and the resumed step is the uninterrupted one: the same tokens, KL to the same anchor, loss
+    # ... and the resumed step is the uninterrupted one: the same tokens on two engines, KL to the same
+    # anchor, the same rewards and losses
     assert resumed.tokens[2] == whole.tokens[2]
+    compared = [k for k in before if k.startswith(("reward/", "response_length/", "actor/", "rollout/"))]
+    compared.remove("rollout/engines_alive")  # the fleets differ on purpose (1.0 and 2.0)
+    assert (before["rollout/engines_alive"], after["rollout/engines_alive"]) == (1.0, 2.0)
     for key in ("actor/kl_ref", "actor/kl_loss", "actor/pg_loss", "actor/grad_norm"):
-        assert key in before, key
+        assert key in compared, key
+    for key in compared:
         assert math.isclose(before[key], after[key], rel_tol=1e-5, abs_tol=1e-7), (
             key,
             before[key],
