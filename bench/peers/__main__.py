@@ -51,9 +51,11 @@ Frameworks (one row each):
 - ``trl-vllm``: the same with TRL's vLLM fast path, ``use_vllm=True, vllm_mode="colocate"`` (vLLM in the
   trainer's process, weights loaded into it every step; also its default importance-sampling correction
   of the vLLM/HF log-prob mismatch, ``vllm_importance_sampling_correction=True``), for ``--trl-vllm-steps``
-  steps: it runs on the CPU build of vLLM 0.32 (TRL warns it supports vLLM 0.22-0.31), but its steps were
-  slower than TRL's HF path on these 2 cores, so the ``trl`` row (its faster path here) is the one run
-  to the target, and this row gives its step time.
+  steps: it starts on the CPU build of vLLM 0.32 (TRL warns it supports vLLM 0.22-0.31). Where it ran,
+  its steps were slower than TRL's HF path on these 2 cores; on a CPU whose vLLM backend repacks the
+  linear weights (AMX), its per-parameter ``load_weights`` sync fails (docs/benchmarks.md). So the
+  ``trl`` row (its faster path here) is the one run to the target, and this row gives its step time
+  or its error.
 - ``verl``: verl 0.9.1 (bench/peers/verl-lock.txt), ``python -m verl.trainer.main_ppo`` with GRPO, the
   same budget as Hydra overrides (verl_overrides) and ``trainer.device=cpu``, its default trainer and then
   its classic one (``trainer.use_v1=False``), each for at most 3 minutes. Each bench run tries both and

@@ -37,6 +37,7 @@ import torch
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
 from services.rollout.engine import RolloutEngine
+from services.rollout.environment import core_share
 from services.rollout.vllm_bridge import (
     engine_kwargs,
     free_cached_device_memory,
@@ -184,15 +185,6 @@ class ColocatedShard:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
-
-
-def core_share(cores: Sequence[int], index: int, count: int) -> list[int]:
-    """The ``index``-th of ``count`` equal, disjoint slices of ``cores`` (all of them when there are
-    fewer cores than ranks: sharing is then unavoidable)."""
-    if count <= 1 or len(cores) < count:
-        return list(cores)
-    share = len(cores) // count
-    return list(cores[index * share : (index + 1) * share])
 
 
 def bind_own_cores(rank: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,8 +32,11 @@ class EngineBase:
         *,
         source: FrameSource | None = None,
         reward_client: Any = None,
+        cpu_cores: Sequence[int] | None = None,
     ) -> None:
         self.config = config or RolloutConfig()
+        #: on vLLM's CPU backend, the cores its OpenMP threads are bound to (None: vLLM's own choice)
+        self.cpu_cores = list(cpu_cores) if cpu_cores else None
         check_platform(self.config)
         #: the weights' version: 0 for the checkpoint's, +1 per push (a push that failed after reaching
         #: the workers counts too: their weights are undefined then). Every response records the
@@ -57,7 +60,7 @@ class EngineBase:
     def _start(self, construct: Callable[[], T]) -> T:
         """Run vLLM's constructor in a fresh private environment; records start-up time and folder."""
         started = time.perf_counter()
-        with engine_environment() as folder:
+        with engine_environment(self.cpu_cores) as folder:
             try:
                 engine = construct()
             except BaseException:

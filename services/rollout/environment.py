@@ -3,7 +3,9 @@
 Defaults (``os.environ.setdefault``: a value the operator exported wins):
 - ``HF_HUB_OFFLINE=1``: checkpoints are local folders; nothing may reach for a hub at run time.
 - ``VLLM_CPU_OMP_THREADS_BIND=auto``: pin the CPU worker's OpenMP threads (``nobind`` was ~14x slower
-  here). Two engines in one process run well when each is pinned to its own core: export ``0`` / ``1``.
+  here). ``auto`` picks the same cores for every engine of one process, so a fleet of engines in one
+  process gives each its own share of the cores instead (``cpu_cores`` below); an exported value other
+  than ``auto`` wins.
 - ``VLLM_ENABLE_V1_MULTIPROCESSING=1``: the engine core in its own process (start-up 4 s faster with
   ``0``, but generation ~8x slower).
 
@@ -17,6 +19,8 @@ Per engine, while it is constructed (its processes are spawned then and inherit 
   directory). torch puts its precompiled headers in that default folder under the temp directory
   whatever is exported: without the link, every engine start compiled them again into the private
   folder, then removed them with it (~10 CPU-seconds of g++ per engine start on a 2-core machine).
+- ``cpu_cores``: where ``VLLM_CPU_OMP_THREADS_BIND`` is ``auto``, the engine's OpenMP threads are bound
+  to these cores (:func:`core_share` splits a process's cores between its engines).
 - ``REELRL_ENGINE_OWNER`` marks the engine's processes as this process's: they end when it dies, even
   by SIGKILL, and a worker starting later ends any whose owner is gone (:mod:`services.common.orphans`).
 
@@ -31,7 +35,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,15 +49,38 @@ DEFAULTS = {
     "VLLM_CPU_OMP_THREADS_BIND": "auto",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
 }
-PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH", MARKER)
+BIND = "VLLM_CPU_OMP_THREADS_BIND"
+PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH", MARKER, BIND)
+
+
+def core_share(cores: Sequence[int], index: int, count: int) -> list[int]:
+    """The ``index``-th of ``count`` equal, disjoint slices of ``cores`` (all of them when there are
+    fewer cores than engines: sharing is then unavoidable)."""
+    if count <= 1 or len(cores) < count:
+        return list(cores)
+    share = len(cores) // count
+    return list(cores[index * share : (index + 1) * share])
+
+
+#: one engine is constructed at a time: the values below are process-wide, and a fleet restarts a
+#: failed engine on a thread of its own (two at once would each save the other's values and restore
+#: them for good)
+_CONSTRUCTING = threading.Lock()
 
 
 @contextmanager
-def engine_environment() -> Iterator[Path]:
-    """Apply the defaults and a fresh private folder for the engine being constructed inside.
+def engine_environment(cpu_cores: Sequence[int] | None = None) -> Iterator[Path]:
+    """Apply the defaults and a fresh private folder for the engine being constructed inside, its
+    OpenMP threads bound to ``cpu_cores`` where the binding is ``auto``.
 
     Yields the folder; the caller removes it (:func:`remove_private_folder`) after shutting down.
     """
+    with _CONSTRUCTING, _environment(cpu_cores) as folder:
+        yield folder
+
+
+@contextmanager
+def _environment(cpu_cores: Sequence[int] | None) -> Iterator[Path]:
     for name, value in DEFAULTS.items():
         os.environ.setdefault(name, value)
     tempfile.gettempdir()  # caches this process's temp dir before TMPDIR changes below
@@ -67,6 +95,8 @@ def engine_environment() -> Iterator[Path]:
             "torch's compile cache %s cannot be linked into the engine's folder: %s", compile_cache, exc
         )
     saved = {name: os.environ.get(name) for name in PRIVATE}
+    if cpu_cores and os.environ[BIND] == "auto":
+        os.environ[BIND] = ",".join(map(str, cpu_cores))
     os.environ["TMPDIR"] = str(folder)
     os.environ.setdefault("VLLM_RPC_BASE_PATH", str(folder))
     os.environ[MARKER] = owner_marker()

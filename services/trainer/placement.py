@@ -10,6 +10,7 @@ placement to the function that starts its engines. ``--print-config`` checks the
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -121,13 +122,22 @@ def _fleet(
 def start_driver(
     config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
 ) -> Fleet:
-    """Engines in this process (their vLLM workers are processes of their own)."""
+    """Engines in this process (their vLLM workers are processes of their own). On the CPU each engine
+    of a fleet gets its own share of this process's cores: vLLM's ``auto`` binding would put every
+    engine's threads on the same cores, and the fleet would generate no faster than one engine. (With
+    tensor parallelism the binding names one core list per rank; those engines keep ``auto``.)"""
     from services.rollout.engine import RolloutEngine
+    from services.rollout.environment import core_share
+    from services.rollout.vllm_bridge import on_cpu
+
+    cores = sorted(os.sched_getaffinity(0))
+    spread = layout.engines > 1 and layout.tensor_parallel_size == 1 and on_cpu()
 
     def start(index: int) -> Any:
         return RolloutEngine(
-            model_path, rollout, source=parts["source"], reward_client=parts["reward_client"]
-        )
+            model_path, rollout, source=parts["source"], reward_client=parts["reward_client"],
+            cpu_cores=core_share(cores, index, layout.engines) if spread else None,
+        )  # fmt: skip
 
     return _fleet(config, start, layout.engines)
 

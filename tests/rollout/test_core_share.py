@@ -3,7 +3,7 @@ every rank on Ray is local rank 0, so vLLM's own `auto` binding gave two shards 
 
 from __future__ import annotations
 
-from services.rollout.colocated import core_share
+from services.rollout.environment import core_share
 
 
 def test_ranks_on_one_host_split_its_cores_in_rank_order():

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,56 @@ def test_an_exported_compile_cache_is_the_one_linked(tmp_path: Path, monkeypatch
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
     remove_private_folder(folder)
     assert (tmp_path / "mine").is_dir()
+
+
+def test_an_engine_s_cores_bind_its_threads_only_while_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fresh_temp(tmp_path, monkeypatch)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    with engine_environment([1]) as folder:
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    remove_private_folder(folder)
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "auto"  # the next engine chooses again
+    with engine_environment(None) as folder:
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+    remove_private_folder(folder)
+    # an operator's binding wins over the fleet's split
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    with engine_environment([1]) as folder:
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    remove_private_folder(folder)
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
+def test_two_engines_started_at_once_each_see_their_own_cores_and_leave_auto(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a fleet restarts failed engines on threads of its own: two constructions at once must not save
+    # each other's values (the second would take the first's "0" for an operator's choice, keep it, and
+    # restore it for every later engine)
+    _fresh_temp(tmp_path, monkeypatch)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    seen: dict[int, str] = {}
+    first_inside, release = threading.Event(), threading.Event()
+
+    def construct(cores: list[int], hold: bool) -> None:
+        with engine_environment(cores) as folder:
+            seen[cores[0]] = os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+            if hold:
+                first_inside.set()
+                release.wait(10)
+        remove_private_folder(folder)
+
+    a = threading.Thread(target=construct, args=([0], True))
+    a.start()
+    assert first_inside.wait(10)
+    b = threading.Thread(target=construct, args=([1], False))
+    b.start()
+    b.join(0.5)
+    assert b.is_alive(), "the second construction did not wait for the first"
+    release.set()
+    a.join(10)
+    b.join(10)
+    assert seen == {0: "0", 1: "1"}
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "auto"

@@ -28,16 +28,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class RecordingTrainer(Trainer):
-    """Keeps every step's sampled token ids (in sample, response order) and the fleet's engine count."""
+    """Keeps every step's sampled token ids (in sample, response order), the engines that served each
+    step, and the cores each engine's vLLM worker was bound to."""
 
     tokens: dict[int, list[list[int]]]
-    engine_count: int
+    served: dict[int, set[int]]
+    worker_cores: list[str]
 
     def generate(self, step: int):
         samples, groups, metrics = super().generate(step)
         self.tokens[step] = [r.token_ids for g in groups for r in g.responses if not r.offline]
-        self.engine_count = len(self.engine.members)
+        self.served[step] = set(self.engine.last_engines)
+        self.worker_cores = [worker_cores(m.engine) for m in self.engine.members]
         return samples, groups, metrics
+
+
+def worker_cores(engine) -> str:
+    """The cores the engine's vLLM worker (its OpenMP master thread) is bound to, as /proc lists them."""
+    (worker,) = [p for p in engine.footprint.processes if "VLLM::Worker" in " ".join(p.cmdline())]
+    for line in Path(f"/proc/{worker.pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split()[1]
+    raise AssertionError(f"no Cpus_allowed_list for {worker.pid}")
 
 
 def train(out: Path, data: dict[str, Path], model: Path, **extra: object) -> RecordingTrainer:
@@ -45,8 +57,9 @@ def train(out: Path, data: dict[str, Path], model: Path, **extra: object) -> Rec
         "data.train_files": f"[{data['colour_mix']}]",
         "data.val_files": "[]",
         "data.batch_size": 2,
-        "rollout.n": 2,  # one sampled response and the offline answer (tiny_cpu's mix_policy): the
-        # rewards differ within each group, so step 1 moves the actor away from the anchor
+        "rollout.n": 4,  # three sampled responses and the offline answer (tiny_cpu's mix_policy): the
+        # rewards differ within each group, so step 1 moves the actor away from the anchor, and each
+        # group's responses are seeded in turn (seed + i) on whichever engine serves it
         "actor.model_path": str(model),
         "algorithm.kl.mode": "loss",
         "algorithm.kl.coef": 0.1,
@@ -64,7 +77,7 @@ def train(out: Path, data: dict[str, Path], model: Path, **extra: object) -> Rec
     }
     config = load_config(ROOT / "examples" / "tiny_cpu.yaml", [f"{k}={v}" for k, v in values.items()])
     trainer = RecordingTrainer(config)
-    trainer.tokens = {}
+    trainer.tokens, trainer.served = {}, {}
     trainer.fit()
     return trainer
 
@@ -88,7 +101,10 @@ def test_a_warm_started_kl_run_resumed_on_two_engines_repeats_the_uninterrupted_
         tmp_path / "resumed", data, model,
         **{"trainer.resume": str(step1), "rollout.placement": "driver", "rollout.engines": 2},
     )  # fmt: skip
-    assert whole.engine_count == 1 and resumed.engine_count == 2
+    # the resumed step was served by both engines, each on a core of its own (vLLM's own binding would
+    # have put both on the same one)
+    assert whole.served == {1: {0}, 2: {0}} and resumed.served == {2: {0, 1}}
+    assert len(resumed.worker_cores) == 2 and len(set(resumed.worker_cores)) == 2, resumed.worker_cores
     assert sorted(whole.tokens) == [1, 2] and sorted(resumed.tokens) == [2]
     # the sampled tokens differ from step to step (the check could not pass by replaying step 1)
     assert whole.tokens[1] != whole.tokens[2]

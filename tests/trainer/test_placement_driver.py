@@ -1,0 +1,76 @@
+"""A driver fleet on the CPU: each engine is given its own share of the process's cores (vLLM's ``auto``
+binding would put every engine's threads on the same ones). The engine class is a recorder here; real
+engines' workers on their own cores: tests/trainer/test_resume_loop.py (two driver engines)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from services.trainer import placement
+from services.trainer.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Recorder:
+    started: ClassVar[list[list[int] | None]] = []
+
+    def __init__(self, model: Any, config: Any, *, source: Any, reward_client: Any, cpu_cores: Any) -> None:
+        self.weight_version = 0
+        Recorder.started.append(cpu_cores)
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("engines", "cores", "expected"),
+    [
+        (2, {0, 1}, [[0], [1]]),
+        (2, {0, 1, 2, 3}, [[0, 1], [2, 3]]),
+        (3, {0, 1}, [[0, 1], [0, 1], [0, 1]]),  # fewer cores than engines: they share them all
+        (1, {0, 1}, [None]),  # one engine: vLLM's own choice
+    ],
+)
+def test_each_engine_of_a_cpu_driver_fleet_gets_its_own_cores(
+    monkeypatch: pytest.MonkeyPatch, engines: int, cores: set[int], expected: list
+) -> None:
+    import services.rollout.engine
+
+    monkeypatch.setattr(services.rollout.engine, "RolloutEngine", Recorder)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
+    monkeypatch.setattr("services.rollout.vllm_bridge.on_cpu", lambda: True)
+    Recorder.started = []
+    config = load_config(
+        ROOT / "examples" / "tiny_cpu.yaml", ["rollout.placement=driver", f"rollout.engines={engines}"]
+    )
+    layout = placement.resolve(config, cuda=False)
+    fleet = placement.start_driver(
+        config, layout, "model", config.effective_rollout(), source=None, reward_client=None
+    )
+    try:
+        assert Recorder.started == expected
+        assert len(fleet.members) == engines
+    finally:
+        fleet.shutdown()
+
+
+def test_tensor_parallel_engines_keep_vllm_s_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # vLLM's binding then names one core list per rank ("0|1"): a single list would fail its check
+    import services.rollout.engine
+
+    monkeypatch.setattr(services.rollout.engine, "RolloutEngine", Recorder)
+    monkeypatch.setattr("services.rollout.vllm_bridge.on_cpu", lambda: True)
+    Recorder.started = []
+    config = load_config(
+        ROOT / "examples" / "tiny_cpu.yaml", ["rollout.placement=driver", "rollout.engines=2"]
+    )
+    layout = placement.Layout("driver", 2, 2)
+    placement.start_driver(
+        config, layout, "m", config.effective_rollout(), source=None, reward_client=None
+    ).shutdown()
+    assert Recorder.started == [None, None]
