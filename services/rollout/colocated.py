@@ -187,22 +187,21 @@ class ColocatedShard:
             llm.llm_engine.engine_core.shutdown()
 
 
-def bind_own_cores(rank: int) -> None:
-    """On vLLM's CPU backend, pin this rank's shard to its own cores. Its ``auto`` binding picks cores by
-    local rank, and every rank on Ray is local rank 0: two shards on one host then bound the same cores
-    and their OpenMP teams starved each other (a 2-step run took 60 s, or stalled for 10 minutes). A
-    ``VLLM_CPU_OMP_THREADS_BIND`` other than ``auto`` is kept. Every rank calls this at once (one
-    gather of host names: the ranks that share this host split its cores in rank order)."""
+def own_cores(rank: int) -> list[int]:
+    """On vLLM's CPU backend, this rank's shard's own cores. Its ``auto`` binding picks cores by local
+    rank, and every rank on Ray is local rank 0: two shards on one host then bound the same cores and
+    their OpenMP teams starved each other (a 2-step run took 60 s, or stalled for 10 minutes). The
+    engine binds to them while it is constructed (``engine_environment``, which keeps a
+    ``VLLM_CPU_OMP_THREADS_BIND`` other than ``auto``). Every rank calls this at once (one gather of
+    host names: the ranks that share this host split its cores in rank order)."""
     import torch.distributed as dist
 
     hosts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
-    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
-        return
     here = [r for r, host in enumerate(hosts) if host == hosts[rank]]
     cores = core_share(sorted(os.sched_getaffinity(0)), here.index(rank), len(here))
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
-    log.info("colocated shard of rank %d bound to cores %s", rank, os.environ["VLLM_CPU_OMP_THREADS_BIND"])
+    log.info("colocated shard of rank %d: cores %s", rank, cores)
+    return cores
 
 
 class ColocatedRolloutEngine(RolloutEngine):
@@ -219,7 +218,7 @@ class ColocatedRolloutEngine(RolloutEngine):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.engine_index = self.rank // self.config.engine.tensor_parallel_size
         if on_cpu():
-            bind_own_cores(self.rank)
+            self.cpu_cores = own_cores(self.rank)
         kwargs = seedable_kwargs(
             colocated_kwargs(self.checkpoint.path, self.config, self.world_size), on_cpu()
         )

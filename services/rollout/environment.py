@@ -44,12 +44,12 @@ from services.common.orphans import MARKER, owner_marker
 
 log = logging.getLogger(__name__)
 
+BIND = "VLLM_CPU_OMP_THREADS_BIND"
 DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "auto",
+    BIND: "auto",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
 }
-BIND = "VLLM_CPU_OMP_THREADS_BIND"
 PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH", MARKER, BIND)
 
 

@@ -27,6 +27,21 @@ class Recorder:
         pass
 
 
+def start_recorded(monkeypatch: pytest.MonkeyPatch, layout: placement.Layout) -> Any:
+    """``start_driver`` on the CPU with the recorder as the engine class; returns the fleet."""
+    import services.rollout.engine
+
+    monkeypatch.setattr(services.rollout.engine, "RolloutEngine", Recorder)
+    monkeypatch.setattr("services.rollout.vllm_bridge.on_cpu", lambda: True)
+    Recorder.started = []
+    config = load_config(
+        ROOT / "examples" / "tiny_cpu.yaml", ["rollout.placement=driver", f"rollout.engines={layout.engines}"]
+    )
+    return placement.start_driver(
+        config, layout, "model", config.effective_rollout(), source=None, reward_client=None
+    )
+
+
 @pytest.mark.parametrize(
     ("engines", "cores", "expected"),
     [
@@ -39,19 +54,8 @@ class Recorder:
 def test_each_engine_of_a_cpu_driver_fleet_gets_its_own_cores(
     monkeypatch: pytest.MonkeyPatch, engines: int, cores: set[int], expected: list
 ) -> None:
-    import services.rollout.engine
-
-    monkeypatch.setattr(services.rollout.engine, "RolloutEngine", Recorder)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
-    monkeypatch.setattr("services.rollout.vllm_bridge.on_cpu", lambda: True)
-    Recorder.started = []
-    config = load_config(
-        ROOT / "examples" / "tiny_cpu.yaml", ["rollout.placement=driver", f"rollout.engines={engines}"]
-    )
-    layout = placement.resolve(config, cuda=False)
-    fleet = placement.start_driver(
-        config, layout, "model", config.effective_rollout(), source=None, reward_client=None
-    )
+    fleet = start_recorded(monkeypatch, placement.Layout("driver", engines, 1))
     try:
         assert Recorder.started == expected
         assert len(fleet.members) == engines
@@ -61,16 +65,5 @@ def test_each_engine_of_a_cpu_driver_fleet_gets_its_own_cores(
 
 def test_tensor_parallel_engines_keep_vllm_s_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     # vLLM's binding then names one core list per rank ("0|1"): a single list would fail its check
-    import services.rollout.engine
-
-    monkeypatch.setattr(services.rollout.engine, "RolloutEngine", Recorder)
-    monkeypatch.setattr("services.rollout.vllm_bridge.on_cpu", lambda: True)
-    Recorder.started = []
-    config = load_config(
-        ROOT / "examples" / "tiny_cpu.yaml", ["rollout.placement=driver", "rollout.engines=2"]
-    )
-    layout = placement.Layout("driver", 2, 2)
-    placement.start_driver(
-        config, layout, "m", config.effective_rollout(), source=None, reward_client=None
-    ).shutdown()
+    start_recorded(monkeypatch, placement.Layout("driver", 2, 2)).shutdown()
     assert Recorder.started == [None, None]
