@@ -31,6 +31,7 @@ exported anyway, vLLM's CPU platform lets it override that argument.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -60,6 +61,33 @@ def core_share(cores: Sequence[int], index: int, count: int) -> list[int]:
         return list(cores)
     share = len(cores) // count
     return list(cores[index * share : (index + 1) * share])
+
+
+def pin_here(slot: tuple[int, int]) -> list[int] | None:
+    """Keep this process (each of its threads) and every process it starts from now on on share
+    ``slot`` = (index, count) of the calling thread's cores (:func:`core_share`); returns those cores,
+    or None when there are fewer cores than shares (nothing is pinned then: sharing is unavoidable).
+
+    For a process that is one engine of a fleet on vLLM's CPU backend (a disaggregated engine's Ray
+    actor): its own threads prepare every request and read every output, its engine core schedules,
+    its worker generates. Pinned together, an engine is one share of the machine, as one GPU is on a
+    cluster; left to float, each engine's frontend and scheduler took whichever core was idle, and two
+    engines on 2 cores were no faster than one (docs/benchmarks.md, "Rollout fleet")."""
+    mine = sorted(os.sched_getaffinity(0))
+    index, count = slot
+    if not 0 <= index < count:
+        raise ValueError(f"core slot {index} of {count} does not exist")
+    if len(mine) < count:
+        return None
+    cores = core_share(mine, index, count)
+    # On Linux the affinity is per thread (threads and processes inherit their creator's): the calling
+    # thread last, so a failure on another thread leaves it as it was
+    for task in Path("/proc/self/task").iterdir():
+        if int(task.name) != threading.get_native_id():
+            with contextlib.suppress(OSError):  # a thread that has ended meanwhile
+                os.sched_setaffinity(int(task.name), cores)
+    os.sched_setaffinity(0, cores)
+    return cores
 
 
 #: one engine is constructed at a time: the values below are process-wide, and a fleet restarts a

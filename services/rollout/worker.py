@@ -9,18 +9,24 @@ Call ``shutdown`` before killing the actor: a killed engine leaks its shared-mem
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from services.rollout.config import RolloutConfig
 from services.rollout.engine import RolloutEngine
+from services.rollout.environment import pin_here
 from services.rollout.samples import RolloutSample
+from services.rollout.vllm_bridge import on_cpu
 
 
 class RolloutWorker:
     """``source``: a frame source to read from instead of the store at ``frame_root`` (e.g. the
     trainer's store plus its still images, or a realtime decoder); ``reward``: the reward client's
-    config (a ``RewardConfig`` dict) for mix-policy gates, built inside the actor."""
+    config (a ``RewardConfig`` dict) for mix-policy gates, built inside the actor. ``cpu_slot``:
+    (index, count) of a fleet of engines sharing this host's cores: on vLLM's CPU backend (tensor
+    parallel 1) the actor and its engine's processes keep to share ``index``
+    (:func:`~services.rollout.environment.pin_here`); elsewhere it changes nothing."""
 
     def __init__(
         self,
@@ -30,6 +36,7 @@ class RolloutWorker:
         *,
         source: Any = None,
         reward: dict[str, Any] | None = None,
+        cpu_slot: tuple[int, int] | None = None,
     ) -> None:
         if source is None and frame_root is not None:
             from services.common.frames import FrameStore
@@ -42,9 +49,11 @@ class RolloutWorker:
 
             client = make_reward_client(RewardConfig.model_validate(reward))
         self._client = client
-        self.engine = RolloutEngine(
-            model, RolloutConfig.model_validate(config or {}), source=source, reward_client=client
-        )
+        rollout = RolloutConfig.model_validate(config or {})
+        cores = None
+        if cpu_slot is not None and rollout.engine.tensor_parallel_size == 1 and on_cpu():
+            cores = pin_here(cpu_slot)
+        self.engine = RolloutEngine(model, rollout, source=source, reward_client=client, cpu_cores=cores)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -53,7 +62,16 @@ class RolloutWorker:
             "startup_s": self.engine.startup_s,
             "temp_folder": str(self.engine.temp_folder),
             "weight_version": self.engine.weight_version,
+            "cpu_cores": self.engine.cpu_cores,
         }
+
+    def affinity(self) -> dict[str, list[int]]:
+        """The cores each of this actor's processes may run on: its own (this thread), then its
+        engine's processes by name (e.g. ``VLLM::EngineCore``, ``VLLM::Worker``)."""
+        out = {"actor": sorted(os.sched_getaffinity(0))}
+        for process in self.engine.footprint.processes:
+            out[process.name()] = sorted(process.cpu_affinity())
+        return out
 
     def rollout(self, samples: list[dict[str, Any]], **overrides: Any) -> list[dict[str, Any]]:
         groups = self.engine.rollout([RolloutSample.model_validate(s) for s in samples], **overrides)
@@ -77,6 +95,9 @@ class RolloutWorker:
 
     def sleep(self, level: int = 1) -> bool:
         return self.engine.sleep(level)
+
+    def reset_caches(self) -> None:
+        self.engine.reset_caches()
 
     def wake_up(self) -> bool:
         return self.engine.wake_up()

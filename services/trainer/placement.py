@@ -145,15 +145,18 @@ def start_driver(
 def start_disaggregated(
     config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
 ) -> Fleet:
-    """One Ray actor per engine, each in a placement group of its own."""
+    """One Ray actor per engine, each in a placement group of its own. On the CPU each engine of a
+    fleet keeps to its own share of its host's cores, its actor's thread and vLLM's processes alike
+    (``RolloutWorker``'s ``cpu_slot``; a replacement takes the share of the engine it replaces)."""
     from services.trainer.ray_rollout import RayRolloutEngine
 
     trainer = config.trainer
+    spread = layout.engines > 1 and layout.tensor_parallel_size == 1
 
     def start(index: int) -> Any:
         return RayRolloutEngine(
             model_path, rollout, source=parts["source"], reward=config.reward, cpus=trainer.ray_cpus_rollout,
-            gpus=trainer.ray_gpus_rollout,
+            gpus=trainer.ray_gpus_rollout, cpu_slot=(index, layout.engines) if spread else None,
         )  # fmt: skip
 
     # a replacement fetches rank 0's weights again (a pass of buckets of its own, as the loop pushes

@@ -24,7 +24,8 @@ START_TIMEOUT_S = 900.0  # a cold vLLM start (model load, profiling) on a loaded
 class RayRolloutEngine:
     """One :class:`~services.rollout.worker.RolloutWorker` actor on a bundle of ``cpus`` CPUs and
     ``gpus`` GPUs (None: ``engine.tensor_parallel_size`` GPUs when the cluster has GPUs, none
-    otherwise). Ray must already be initialised (the actor group does it)."""
+    otherwise). ``cpu_slot``: (index, count) in a fleet sharing one host's cores (see
+    ``RolloutWorker``). Ray must already be initialised (the actor group does it)."""
 
     def __init__(
         self,
@@ -35,6 +36,7 @@ class RayRolloutEngine:
         reward: RewardConfig,
         cpus: float = 1.0,
         gpus: float | None = None,
+        cpu_slot: tuple[int, int] | None = None,
     ) -> None:
         import ray
         from ray.util.placement_group import placement_group
@@ -77,6 +79,7 @@ class RayRolloutEngine:
                     config.model_dump(mode="json"),
                     source=source,
                     reward=reward.model_dump(mode="json"),
+                    cpu_slot=cpu_slot,
                 )
             )
             self.info = ray.get(self.worker.info.remote(), timeout=START_TIMEOUT_S)
@@ -94,6 +97,12 @@ class RayRolloutEngine:
         dumped = ray.get(self.worker.rollout.remote([s.model_dump() for s in samples], **options))
         return [RolloutGroup.model_validate(g) for g in dumped]
 
+    def affinity(self) -> dict[str, list[int]]:
+        """The cores the actor and each of its engine's processes may run on (``RolloutWorker.affinity``)."""
+        import ray
+
+        return ray.get(self.worker.affinity.remote(), timeout=START_TIMEOUT_S)
+
     @property
     def weight_version(self) -> int:
         """The version the engine inside the actor reports (0: the checkpoint's, +1 per push)."""
@@ -110,6 +119,12 @@ class RayRolloutEngine:
         import ray
 
         return bool(ray.get(self.worker.wake_up.remote()))
+
+    def reset_caches(self) -> None:
+        """Forget the engine's cached encoder outputs, prefix blocks and processed media."""
+        import ray
+
+        ray.get(self.worker.reset_caches.remote())
 
     # the actor group may hand over rank 0's weights as an object reference (no copy in the driver)
     accepts_refs = True

@@ -7,6 +7,7 @@ weights before any work; shutdown leaves none of the processes the test started.
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import tempfile
 import threading
@@ -47,8 +48,9 @@ def ray_fleet(tiny_models, clips):
 
     def start(index: int) -> RayRolloutEngine:
         return RayRolloutEngine(
-            str(tiny_models[FAMILY]), config, source=clips.store, reward=RewardConfig(), cpus=1.0
-        )
+            str(tiny_models[FAMILY]), config, source=clips.store, reward=RewardConfig(), cpus=1.0,
+            cpu_slot=(index, 2),
+        )  # fmt: skip
 
     fleet = None
     try:
@@ -87,6 +89,21 @@ def test_samples_are_split_between_the_engines_with_one_engine_s_tokens(ray_flee
     assert [[r.token_ids for r in g.responses] for g in same] == [
         [r.token_ids for r in g.responses] for g in groups
     ]
+
+
+def own_cores(engine) -> set[tuple[int, ...]]:
+    """The core sets of an engine's actor and of its vLLM processes (engine core, worker)."""
+    seen = engine.affinity()
+    assert {"actor", "VLLM::EngineCore", "VLLM::Worker"} <= set(seen), seen
+    return {tuple(cores) for cores in seen.values()}
+
+
+def test_each_engine_keeps_to_its_own_core_actor_and_vllm_processes_alike(ray_fleet) -> None:
+    # as one GPU per engine on a cluster: engine i's frontend, scheduler and worker on core i only
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "two engines need two cores to keep apart"
+    for index, member in enumerate(ray_fleet.fleet.members):
+        assert own_cores(member.engine) == {(cores[index],)}
 
 
 def test_after_a_push_both_engines_sample_from_the_new_weights(
@@ -203,6 +220,7 @@ def test_an_engine_killed_mid_generation_leaves_the_step_complete(ray_fleet, vid
     groups = fleet.rollout(samples, key=SeedKey(4), prompt_tokens=[10] * 4)
     replacement = fleet.members[1].engine
     assert replacement is not victim and fleet.members[1].alive
+    assert own_cores(replacement) == {(sorted(os.sched_getaffinity(0))[1],)}  # the share it replaces
     assert replacement.weight_version == (1 if fleet.weight_version else 0)
     assert sorted(fleet.last_engines) == [0, 0, 1, 1]
     assert {r.weight_version for g in groups for r in g.responses} == {fleet.weight_version}

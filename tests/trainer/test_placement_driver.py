@@ -1,5 +1,6 @@
 """A driver fleet on the CPU: each engine is given its own share of the process's cores (vLLM's ``auto``
-binding would put every engine's threads on the same ones). The engine class is a recorder here; real
+binding would put every engine's threads on the same ones); a disaggregated fleet gives each engine its
+slot, which its actor pins itself to. The engine class is a recorder here; real
 engines' workers on their own cores: tests/trainer/test_resume_loop.py (two driver engines)."""
 
 from __future__ import annotations
@@ -67,3 +68,30 @@ def test_tensor_parallel_engines_keep_vllm_s_binding(monkeypatch: pytest.MonkeyP
     # vLLM's binding then names one core list per rank ("0|1"): a single list would fail its check
     start_recorded(monkeypatch, placement.Layout("driver", 2, 2)).shutdown()
     assert Recorder.started == [None, None]
+
+
+def test_each_disaggregated_engine_of_a_fleet_is_given_its_core_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the actor pins itself to the slot's share of its host's cores (on vLLM's CPU backend only)
+    import services.trainer.ray_rollout
+
+    slots: list[Any] = []
+
+    class RayRecorder(Recorder):
+        def __init__(self, model: Any, config: Any, *, cpu_slot: Any, **parts: Any) -> None:
+            self.weight_version = 0
+            slots.append(cpu_slot)
+
+    monkeypatch.setattr(services.trainer.ray_rollout, "RayRolloutEngine", RayRecorder)
+    config = load_config(
+        ROOT / "examples" / "tiny_cpu.yaml", ["rollout.placement=disaggregated", "trainer.use_ray=true"]
+    )
+    for layout, expected in [
+        (placement.Layout("disaggregated", 2, 1), [(0, 2), (1, 2)]),
+        (placement.Layout("disaggregated", 1, 1), [None]),
+        (placement.Layout("disaggregated", 2, 2), [None, None]),  # tensor parallel: vLLM's binding
+    ]:
+        slots.clear()
+        placement.start_disaggregated(
+            config, layout, "model", config.effective_rollout(), source=None, reward_client=None
+        ).shutdown()
+        assert slots == expected, layout
