@@ -84,6 +84,11 @@ class AsyncRolloutEngine(EngineBase):
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        if self.config.engine.in_process:
+            raise ValueError(
+                "engine.in_process: true is for the batch engine: the streaming engine (vLLM's AsyncLLM) "
+                "always runs its engine core in a process of its own"
+            )
         kwargs = seedable_kwargs(engine_kwargs(self.checkpoint.path, self.config), on_cpu())
         #: whether requests may carry seeds (see ``vllm_bridge.seedable_kwargs``)
         self.seedable = seeds_supported(kwargs, on_cpu())

@@ -41,10 +41,31 @@ class EngineConfig(BaseModel):
     limit_mm_per_prompt: dict[Literal["image", "video"], int] = Field(
         default_factory=lambda: {"image": 1, "video": 1}
     )
+    # The engine core and its worker inside the calling process (vLLM's VLLM_ENABLE_V1_MULTIPROCESSING=0
+    # with its single-process executor) instead of two processes of their own. null: in process where
+    # the engine is alone in its process on vLLM's CPU backend (tensor parallel 1): one driver engine,
+    # or a disaggregated engine's Ray actor; else separate processes (docs/rollout.md, "In-process
+    # engines"). Batch engine only; the streaming engine's core is always a process.
+    in_process: bool | None = None
     # raw: log-softmax of the model's logits (temperature 1), what the trainer's teacher-forced forward
     # computes and what the consistency tests compare. processed: the distribution actually sampled
     # (after temperature, top-k/top-p and logit biases).
     logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = "raw_logprobs"
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.in_process:
+            if self.tensor_parallel_size > 1:
+                raise ValueError(
+                    "engine.in_process: true runs one worker in this process; tensor_parallel_size="
+                    f"{self.tensor_parallel_size} needs one process per rank: drop engine.in_process"
+                )
+            if self.distributed_executor_backend not in (None, "uni"):
+                raise ValueError(
+                    f"engine.in_process: true contradicts distributed_executor_backend="
+                    f"{self.distributed_executor_backend!r} (workers in processes of their own)"
+                )
+        return self
 
 
 class RolloutConfig(BaseModel):

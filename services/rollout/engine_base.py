@@ -19,6 +19,10 @@ from services.rollout.vllm_bridge import check_platform, sleep_mode_available
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: the engine whose core runs in this process, if any (``EngineConfig.in_process``): vLLM keeps one
+#: engine's state in module globals, and a second in-process engine started beside it corrupted this
+#: process's heap ("corrupted size vs. prev_size"). One after another is fine.
+_in_process: EngineBase | None = None
 
 
 class EngineBase:
@@ -59,13 +63,23 @@ class EngineBase:
 
     def _start(self, construct: Callable[[], T]) -> T:
         """Run vLLM's constructor in a fresh private environment; records start-up time and folder."""
+        global _in_process
         started = time.perf_counter()
-        with engine_environment(self.cpu_cores) as folder:
+        in_process = bool(self.config.engine.in_process)
+        with engine_environment(self.cpu_cores, in_process=in_process) as folder:  # one start at a time
             try:
+                if in_process and _in_process is not None:
+                    raise RuntimeError(
+                        f"an engine for {_in_process.checkpoint.path} already runs in this process, and "
+                        "vLLM holds one in-process engine at a time: shut it down first, or set "
+                        "engine.in_process: false"
+                    )
                 engine = construct()
             except BaseException:
                 remove_private_folder(folder)
                 raise
+            if in_process:
+                _in_process = self
         #: private folder with vLLM's socket and rendezvous files; removed at shutdown
         self.temp_folder = folder
         #: the engine's processes and shared memory, seen gone (or removed) at shutdown
@@ -81,6 +95,9 @@ class EngineBase:
         return was_open
 
     def _end_shutdown(self) -> None:
+        global _in_process
+        if _in_process is self:
+            _in_process = None
         engine_processes.release(self.footprint)
         remove_private_folder(self.temp_folder)
 

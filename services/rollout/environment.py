@@ -6,8 +6,9 @@ Defaults (``os.environ.setdefault``: a value the operator exported wins):
   here). ``auto`` picks the same cores for every engine of one process, so a fleet of engines in one
   process gives each its own share of the cores instead (``cpu_cores`` below); an exported value other
   than ``auto`` wins.
-- ``VLLM_ENABLE_V1_MULTIPROCESSING=1``: the engine core in its own process (start-up 4 s faster with
-  ``0``, but generation ~8x slower).
+- ``VLLM_ENABLE_V1_MULTIPROCESSING=1``: the engine core (and its worker) in processes of their own,
+  except for an engine constructed ``in_process`` (``EngineConfig.in_process``), which gets ``0``: its
+  core and worker run in this process (docs/rollout.md, "In-process engines").
 
 Per engine, while it is constructed (its processes are spawned then and inherit the values):
 - ``TMPDIR`` and ``VLLM_RPC_BASE_PATH`` point at a private folder. vLLM's processes leave ZMQ socket
@@ -46,12 +47,13 @@ from services.common.orphans import MARKER, owner_marker
 log = logging.getLogger(__name__)
 
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     BIND: "auto",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+    MULTIPROCESSING: "1",
 }
-PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH", MARKER, BIND)
+PRIVATE = ("TMPDIR", "VLLM_RPC_BASE_PATH", MARKER, BIND, MULTIPROCESSING)
 
 
 def core_share(cores: Sequence[int], index: int, count: int) -> list[int]:
@@ -97,14 +99,27 @@ _CONSTRUCTING = threading.Lock()
 
 
 @contextmanager
-def engine_environment(cpu_cores: Sequence[int] | None = None) -> Iterator[Path]:
+def engine_environment(cpu_cores: Sequence[int] | None = None, *, in_process: bool = False) -> Iterator[Path]:
     """Apply the defaults and a fresh private folder for the engine being constructed inside, its
-    OpenMP threads bound to ``cpu_cores`` where the binding is ``auto``.
+    OpenMP threads bound to ``cpu_cores`` where the binding is ``auto``. ``in_process``: its engine
+    core and worker run in this process (``EngineConfig.in_process``).
 
     Yields the folder; the caller removes it (:func:`remove_private_folder`) after shutting down.
     """
     with _CONSTRUCTING, _environment(cpu_cores) as folder:
-        yield folder
+        if not in_process:
+            yield folder
+            return
+        import torch
+
+        # vLLM's CPU worker makes torch.set_num_threads a no-op in its process, as it binds its threads
+        # itself; in-process that process is this one (whose own settings stay its own)
+        set_num_threads = torch.set_num_threads
+        os.environ[MULTIPROCESSING] = "0"
+        try:
+            yield folder
+        finally:
+            torch.set_num_threads = set_num_threads
 
 
 @contextmanager

@@ -43,6 +43,8 @@ def engine_kwargs(model: str, config: RolloutConfig) -> dict[str, Any]:
             kwargs[name] = value
     if engine.enable_sleep_mode:
         kwargs["enable_sleep_mode"] = True
+    if engine.in_process:
+        kwargs["distributed_executor_backend"] = "uni"  # the worker in the engine core's (this) process
     return kwargs
 
 

@@ -1,7 +1,8 @@
 """Pushing a trainer's weights into a running vLLM engine.
 
 Two transports, both ending in vLLM's in-place ``reload_weights`` on every worker (which re-packs the
-CPU backend's linear layers; calling ``model.load_weights`` directly leaves parameters of shape (0,)):
+CPU backend's linear layers; calling ``model.load_weights`` directly leaves parameters of shape (0,)),
+fed the tensors by :class:`WeightSyncExtension`:
 - file: the state dict is written as safetensors to a private folder and each worker reads it; the
   folder is removed after the push. The folder lives under ``$REELRL_WEIGHTS_DIR`` when set, else under
   /dev/shm when it exists and has room for the payload (so it never touches a disk), else under the
@@ -133,19 +134,19 @@ def reload_call(
     if expected is not None:
         expected.check(names, what)
     if isinstance(weights, str | Path):
-        yield ReloadCall("reload_weights", (), {"weights_path": str(weights)}, len(names))
+        yield ReloadCall("reelrl_reload_from_folder", (str(weights),), {}, len(folder_names(weights)))
     elif isinstance(weights, bytes):
         yield ReloadCall("reelrl_reload_from_bytes", (weights,), {}, len(names))
     elif transport == "bytes":
         yield ReloadCall("reelrl_reload_from_bytes", (safetensors_bytes(weights),), {}, len(names))
     else:
         with weights_folder(weights) as folder:
-            yield ReloadCall("reload_weights", (), {"weights_path": str(folder)}, len(names))
+            yield ReloadCall("reelrl_reload_from_folder", (str(folder),), {}, len(names))
 
 
 def check_reload_results(call: ReloadCall, results: Sequence[Any]) -> None:
-    """Each worker that reports a count (the bytes RPC does; vLLM's ``reload_weights`` returns None)
-    must have loaded every tensor sent."""
+    """Each worker that reports a count (every method of :class:`WeightSyncExtension` does; vLLM's own
+    ``reload_weights`` returns None) must have loaded every tensor sent."""
     for rank, loaded in enumerate(results):
         if loaded is not None and loaded != call.tensors:
             raise RuntimeError(
@@ -287,6 +288,29 @@ class BucketLoad:
 
 class WeightSyncExtension:
     """Methods added to vLLM's worker (``worker_extension_cls``), called through ``collective_rpc``."""
+
+    def reelrl_reload_from_folder(self, folder: str) -> int:
+        """Load the safetensors files in ``folder`` in place; returns how many tensors they held. vLLM's
+        own ``reload_weights(weights_path=folder)`` would also point the model config at the folder for
+        good: an engine core in the same process (``EngineConfig.in_process``) then looked for its
+        processor there and failed on the next request."""
+        from safetensors import safe_open
+
+        files = sorted(Path(folder).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no safetensors file in {folder}")
+        count = 0
+
+        def tensors() -> Iterator[tuple[str, torch.Tensor]]:
+            nonlocal count
+            for file in files:
+                with safe_open(str(file), framework="pt") as handle:
+                    for name in handle.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                        count += 1
+                        yield name, handle.get_tensor(name)
+
+        self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
+        return count
 
     def reelrl_reload_from_bytes(self, data: bytes) -> int:
         """Load safetensors ``data`` in place; returns how many tensors it held."""

@@ -23,7 +23,9 @@ from services.rollout.vllm_bridge import on_cpu
 class RolloutWorker:
     """``source``: a frame source to read from instead of the store at ``frame_root`` (e.g. the
     trainer's store plus its still images, or a realtime decoder); ``reward``: the reward client's
-    config (a ``RewardConfig`` dict) for mix-policy gates, built inside the actor. ``cpu_slot``:
+    config (a ``RewardConfig`` dict) for mix-policy gates, built inside the actor. On vLLM's CPU backend
+    (tensor parallel 1) the engine's core and worker run in the actor's process unless
+    ``engine.in_process`` says otherwise. ``cpu_slot``:
     (index, count) of a fleet of engines sharing this host's cores: on vLLM's CPU backend (tensor
     parallel 1) the actor and its engine's processes keep to share ``index``
     (:func:`~services.rollout.environment.pin_here`); elsewhere it changes nothing."""
@@ -50,9 +52,14 @@ class RolloutWorker:
             client = make_reward_client(RewardConfig.model_validate(reward))
         self._client = client
         rollout = RolloutConfig.model_validate(config or {})
-        cores = None
-        if cpu_slot is not None and rollout.engine.tensor_parallel_size == 1 and on_cpu():
-            cores = pin_here(cpu_slot)
+        cpu = on_cpu() and rollout.engine.tensor_parallel_size == 1
+        if rollout.engine.in_process is None:
+            # the actor holds this one engine: on the CPU its core and worker run in the actor's process
+            # (no processes of their own to start, none polling beside it; docs/rollout.md)
+            rollout = rollout.model_copy(
+                update={"engine": rollout.engine.model_copy(update={"in_process": cpu})}
+            )
+        cores = pin_here(cpu_slot) if cpu_slot is not None and cpu else None
         self.engine = RolloutEngine(model, rollout, source=source, reward_client=client, cpu_cores=cores)
 
     def info(self) -> dict[str, Any]:

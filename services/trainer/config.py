@@ -295,6 +295,17 @@ def fleet_problems(config: TrainConfig) -> list[str]:
                 f"from actor.world_size / tensor_parallel_size = {world} / {tp} = {world // tp}: drop "
                 "rollout.engines"
             ]
+    if rollout.engine.in_process is not None and rollout.placement == "colocated":
+        return [
+            "rollout.engine.in_process does not apply to rollout.placement=colocated: a colocated shard "
+            "always runs in its actor rank's process; drop rollout.engine.in_process"
+        ]
+    if rollout.engine.in_process and rollout.placement == "driver" and (rollout.engines or 1) > 1:
+        return [
+            f"rollout.engine.in_process=true with rollout.engines={rollout.engines}: engines in one process "
+            "generate one at a time (one interpreter), so a fleet gains nothing; drop "
+            "rollout.engine.in_process (a fleet's engines run in processes of their own)"
+        ]
     if rollout.placement == "disaggregated" and not config.trainer.use_ray:
         return [
             "rollout.placement=disaggregated runs the engines as Ray actors: set trainer.use_ray=true "

@@ -1,5 +1,6 @@
 """The rollout worker as a Ray actor: rollouts and weight pushes across the actor boundary, and a
-clean shutdown (no shared-memory segment or temp folder left behind)."""
+clean shutdown (no shared-memory segment or temp folder left behind by an engine whose core and worker
+are processes of their own)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def test_rollout_worker_actor(
     ray = ray_session
     before = shm_segments()
     processes_before = {p.pid for p in psutil.Process().children(recursive=True)}
-    config = make_config()
+    # an engine with processes of its own, as on a GPU (on the CPU the actor would hold its core and
+    # worker in-process, with no segment to leave behind: tests/rollout/test_fleet_ray.py)
+    config = make_config(engine={**make_config().engine.model_dump(), "in_process": False})
     actor = rollout_actor_class(num_cpus=1).remote(
         str(tiny_models[FAMILY]), config.model_dump(), str(clips.store.root)
     )

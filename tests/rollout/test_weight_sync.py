@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load, load_file
+from safetensors.torch import load, load_file, save_file
 
 from services.rollout.param_names import ParameterNames
 from services.rollout.weight_sync import (
@@ -39,9 +39,12 @@ def test_tied_tensors_are_copied_so_safetensors_accepts_them():
     assert all(torch.equal(restored[k], state[k]) for k in state)
 
 
-def test_a_folder_is_loaded_from_its_path():
-    with reload_call("/models/step-3") as (method, args, kwargs, _):
-        assert (method, args, kwargs) == ("reload_weights", (), {"weights_path": "/models/step-3"})
+def test_a_folder_is_loaded_from_its_path(tmp_path):
+    # not vLLM's reload_weights(weights_path=...): it points the engine's model config at the folder for
+    # good, and an in-process engine core then read its processor from there (tests/rollout/test_in_process.py)
+    save_file(checkpoint_tensors(tied_state_dict()), tmp_path / "model.safetensors")
+    with reload_call(tmp_path) as (method, args, kwargs, tensors):
+        assert (method, args, kwargs, tensors) == ("reelrl_reload_from_folder", (str(tmp_path),), {}, 3)
 
 
 def test_bytes_travel_inside_the_rpc():
@@ -58,9 +61,9 @@ def test_a_state_dict_by_bytes_transport():
 
 
 def test_a_state_dict_by_file_lives_in_a_folder_removed_afterwards():
-    with reload_call(tied_state_dict(), "file") as (method, _, kwargs, _):
-        folder = Path(kwargs["weights_path"])
-        assert method == "reload_weights"
+    with reload_call(tied_state_dict(), "file") as (method, args, _, _):
+        folder = Path(args[0])
+        assert method == "reelrl_reload_from_folder"
         assert folder.parent == weights_dir(4 * (6 + 6 + 2))  # 14 float32 values
         assert set(load_file(folder / "model.safetensors")) == {
             "embed.weight",
@@ -104,7 +107,7 @@ def test_weights_dir_prefers_shm_with_room(tmp_path, env, shm_exists, shm_free, 
     ("results", "message"),
     [
         ([3, 3], None),  # every worker loaded the 3 tensors sent
-        ([None], None),  # vLLM's reload_weights reports nothing
+        ([None], None),  # a method that reports nothing (vLLM's own reload_weights)
         ([3, 2], "worker 1 loaded 2 tensors of the 3 pushed"),
     ],
 )

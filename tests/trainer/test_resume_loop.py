@@ -5,7 +5,8 @@
   record's relative path is followed) logs the same ``actor/kl_ref`` and losses as the uninterrupted
   run. Before the record, the resumed anchor was ``actor.model_path``, the un-warmed model (issue 17).
 - Generation is a function of the step, not of the engine's age or count: the resumed run samples on
-  two engines where the uninterrupted one had one, and step 2's tokens are the same.
+  two engines (processes of their own) where the uninterrupted one had one (in the trainer's process),
+  and step 2's tokens are the same.
 
 One pair of runs proves both (each run starts a trainer and its engines, the suite's dearest part)."""
 
@@ -39,7 +40,10 @@ class RecordingTrainer(Trainer):
         samples, groups, metrics = super().generate(step)
         self.tokens[step] = [r.token_ids for g in groups for r in g.responses if not r.offline]
         self.served[step] = set(self.engine.last_engines)
-        self.worker_cores = [worker_cores(m.engine) for m in self.engine.members]
+        # (an engine in this process, as one driver engine on the CPU is, has no worker process)
+        self.worker_cores = [
+            worker_cores(m.engine) for m in self.engine.members if m.engine.footprint.processes
+        ]
         return samples, groups, metrics
 
 
@@ -105,6 +109,7 @@ def test_a_warm_started_kl_run_resumed_on_two_engines_repeats_the_uninterrupted_
     # have put both on the same one)
     assert whole.served == {1: {0}, 2: {0}} and resumed.served == {2: {0, 1}}
     assert len(resumed.worker_cores) == 2 and len(set(resumed.worker_cores)) == 2, resumed.worker_cores
+    assert whole.worker_cores == []  # one driver engine on the CPU runs in the trainer's process
     assert sorted(whole.tokens) == [1, 2] and sorted(resumed.tokens) == [2]
     # the sampled tokens differ from step to step (the check could not pass by replaying step 1)
     assert whole.tokens[1] != whole.tokens[2]
