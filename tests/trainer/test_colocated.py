@@ -117,33 +117,3 @@ def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path
         assert calls[i - 1 : i + 3] == ["sleep(1)", "update", "wake_up", "load"], calls
         assert calls[i - 2] == "generate", calls  # the step's rollout came before the sleep
     assert calls.count("sleep(1)") == calls.count("wake_up") == 2, calls
-
-
-def test_colocated_placement_trains_on_two_ray_ranks_each_hosting_an_engine(tmp_path: Path) -> None:
-    """`rollout.placement: colocated` end to end on CPU: 2 FSDP ranks as Ray actors, each hosting an
-    engine shard; after each step's bucketed load the ranks score the next rollouts as the engines
-    sampled them (the weights they generated with are the actor's)."""
-    from services.common.synthetic_tasks import make_task_datasets
-    from services.common.tiny_models import build_tiny_model
-    from services.trainer.tracking import read_metrics
-
-    data = make_task_datasets(tmp_path / "data", train_videos=4, val_videos=2)
-    model = build_tiny_model("qwen2_5_vl", tmp_path / "model")
-    out = tmp_path / "run"
-    values = {
-        "data.train_files": f"[{data['colour_mix']}]", "data.val_files": f"[{data['colour_val']}]",
-        "data.batch_size": 2, "data.video_min_pixels": 3136, "data.video_max_pixels": 3136,
-        "actor.model_path": str(model), "actor.world_size": 2, "rollout.n": 2,
-        "rollout.placement": "colocated", "trainer.use_ray": "true", "trainer.output_dir": str(out),
-        "trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.loggers": "[jsonl]",
-    }  # fmt: skip
-    command = [sys.executable, "-m", "services.cli", "train", str(ROOT / "examples" / "tiny_cpu.yaml")]
-    command += [f"{k}={v}" for k, v in values.items()]
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-6000:]
-    assert "placement colocated" in done.stderr and "rollout engine on Ray" not in done.stderr
-    rows = read_metrics(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [0, 1, 2]
-    for r in rows[1:]:
-        assert r["actor/rollout_logprob_diff_max"] < 1e-4, r

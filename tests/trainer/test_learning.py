@@ -3,7 +3,8 @@
 Pure RL on the direction task (which needs the order of frames): a format warm start whose offline
 answers are uniformly random letters, then GRPO on data holding no correct answer anywhere. Only the
 reward can teach which letter is right, so a clear rise of held-out accuracy over chance (0.25) shows
-the loop learns from rewards: rollouts, scoring, advantages, the update and the weight push all work.
+the loop learns from rewards: rollouts, scoring, advantages, the update and the weight push all work,
+on a fleet of two disaggregated engines.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def test_pure_rl_lifts_heldout_accuracy_over_chance(reelrl_home: Path, tmp_path:
     overrides = [
         f"trainer.total_steps={STEPS}", f"trainer.val_freq={VAL_FREQ}", "trainer.save_freq=0",
         f"trainer.output_dir={out}", "trainer.loggers=[jsonl]",
+        # on a fleet of two engines (issue 16): Ray actors, each on a core of its own with its engine
+        # core and worker in the actor's process, so none polls beside the update
+        "rollout.engines=2", "rollout.placement=disaggregated", "trainer.use_ray=true",
     ]  # fmt: skip
     config = load_config(ROOT / "examples" / "tiny_cpu_rl.yaml", overrides)
     # The run stops at the first validation that reaches the target (the loop's stop hook, as a job's
@@ -57,4 +61,4 @@ def test_pure_rl_lifts_heldout_accuracy_over_chance(reelrl_home: Path, tmp_path:
     assert max(a for _, a in val[1:]) >= TARGET, val
     first = read_metrics(out / "metrics.jsonl")[1]
     assert first["reward/format"] > 0.5 and first["actor/groups_with_signal"] > 0.5
-    assert {r["rollout/engines_alive"] for r in read_metrics(out / "metrics.jsonl")[1:]} == {1.0}
+    assert {r["rollout/engines_alive"] for r in read_metrics(out / "metrics.jsonl")[1:]} == {2.0}

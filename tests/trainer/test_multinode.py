@@ -1,7 +1,9 @@
 """Two Ray nodes on this machine (``ray.cluster_utils.Cluster``, 1 CPU each): 2 FSDP ranks of 1 CPU
 cannot share a node, so the placement group spreads them, one per node, each hosting its colocated
 engine. The ranks rendezvous at rank 0's node; the frame store, output folder and checkpoints are one
-path both nodes see. A second run resumes from the first run's checkpoint on the same two nodes."""
+path both nodes see. A second run resumes from the first run's checkpoint on the same two nodes. After
+each step's bucketed load the ranks score the next rollouts as the engines sampled them: the colocated
+placement end to end (on one node the ranks only rendezvous closer)."""
 
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ def test_two_ranks_and_two_engines_on_two_nodes_train_and_resume(tmp_path: Path)
 
         first = train(1)
         assert first.returncode == 0, first.stderr[-6000:]
+        assert "placement colocated" in first.stderr and "rollout engine on Ray" not in first.stderr
         second = train(2)  # trainer.resume defaults to auto: continues from step 1's checkpoint
         assert second.returncode == 0, second.stderr[-6000:]
         assert "resumed from" in second.stderr and "at step 1" in second.stderr
