@@ -103,7 +103,9 @@ def disaggregated(model: Path, config: RolloutConfig, frames: Path, batches, arg
 
     from services.trainer.ray_rollout import RayRolloutEngine
 
-    engine = config.engine.model_copy(update={"in_process": args.in_process})
+    engine = config.engine.model_copy(
+        update={"in_process": {"auto": None, "true": True, "false": False}[args.in_process]}
+    )
     config = config.model_copy(update={"engine": engine})
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -156,7 +158,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--in-process", action="store_true")
+    parser.add_argument(
+        "--in-process", choices=("auto", "true", "false"), default="auto",
+        help="the disaggregated engines' engine.in_process (auto: in the actor's process on the CPU, "
+        "as the trainer runs them)",
+    )  # fmt: skip
     add_load_argument(parser)
     args = parser.parse_args()
     watch = LoadWatch.begin("bench_fleet", args.allow_load)

@@ -2,10 +2,12 @@
 peak extra memory (RSS of this process and the engine's processes, plus /dev/shm, above what they
 held before) of each.
 
-    $VENV/bin/python -m bench.bench_weight_sync [--size tiny] [--bucket-mb 1] [--pushes 3] [--allow-load]
+    $VENV/bin/python -m bench.bench_weight_sync [--family qwen2_5_vl] [--size tiny] [--bucket-mb 1]
+                                                [--pushes 3] [--allow-load]
 
 ``--size``: the random-weight checkpoint's size (``make-tiny-model --size``: tiny, or a real model's
-dimensions, which needs the host memory for two copies of the model plus the engine's). The full push
+dimensions, which needs the host memory for three copies of the model: this process's, the engine's
+and the full push's file; ``--family qwen2_vl --size 2b``, 4.9 GB in bf16, fits a 24 GiB host). The full push
 is today's driver path (``actor.full_state_dict`` then a safetensors file the workers reload); the
 bucketed one is ``rollout.weight_bucket_mb`` (``services.trainer.weight_buckets``). Both push the same
 weights, and the engine's logprobs are not compared here (tests/rollout/test_weight_sync.py does that).
@@ -31,8 +33,6 @@ from services.rollout.config import EngineConfig, RolloutConfig
 from services.rollout.engine import RolloutEngine
 from services.rollout.sources import RealtimeSource
 from services.trainer.weight_buckets import weight_buckets
-
-FAMILY = "qwen2_5_vl"
 
 
 def tree_rss() -> int:
@@ -72,6 +72,7 @@ def peak_extra_rss(action: Callable[[], float], interval_s: float = 0.005) -> tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="qwen2_5_vl", help="model family (make-tiny-model --family)")
     parser.add_argument("--size", default="tiny", help="checkpoint size (make-tiny-model --size)")
     parser.add_argument("--bucket-mb", type=float, default=1.0, help="rollout.weight_bucket_mb")
     parser.add_argument("--pushes", type=int, default=3)
@@ -79,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     watch = LoadWatch.begin("bench_weight_sync", args.allow_load)
     with tempfile.TemporaryDirectory(prefix="bench-wsync-") as tmp:
-        path = build_tiny_model(FAMILY, Path(tmp) / "model", size=args.size)
+        path = build_tiny_model(args.family, Path(tmp) / "model", size=args.size)
         from transformers import AutoModelForImageTextToText
 
         dtype = torch.float32 if args.size == "tiny" else torch.bfloat16
@@ -110,7 +111,9 @@ def main() -> None:
         f"weight_sync_peak_extra_rss_mb_bucketed{suffix}": max(bucket_rss) / 2**20,
     }
     figures = {k: round(v, 4) for k, v in figures.items()}
-    print(f"model {args.size} ({weights_mb:.1f} MiB in {dtype}), buckets of {args.bucket_mb:g} MiB")
+    print(
+        f"model {args.family} {args.size} ({weights_mb:.1f} MiB in {dtype}), buckets of {args.bucket_mb:g} MiB"
+    )
     for key, value in figures.items():
         print(f"  {key}: {value}")
     record(figures, watch)

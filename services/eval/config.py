@@ -124,6 +124,11 @@ class EvalConfig(BaseModel):
             raise ValueError(f"unknown benchmark(s) {unknown}; registered: {', '.join(sorted(known))}")
         if len(set(self.benchmarks)) != len(self.benchmarks):
             raise ValueError(f"benchmarks lists a name twice: {self.benchmarks}")
+        if self.rollout.engine.in_process:
+            raise ValueError(
+                "rollout.engine.in_process: evaluation streams through vLLM's asynchronous engine, whose "
+                "engine core always runs in a process of its own: drop it"
+            )
         if self.rollout.n != 1 or self.rollout.mix_policy:
             raise ValueError(
                 "rollout.n must be 1 and rollout.mix_policy false for evaluation (one answer each)"

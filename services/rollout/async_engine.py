@@ -80,6 +80,8 @@ def collect_responses(deltas: Iterable[StreamDelta], n: int) -> list[RolloutResp
 class AsyncRolloutEngine(EngineBase):
     """Streaming rollouts with ``AsyncLLM``; close with ``await aclose()`` from the same loop."""
 
+    can_run_in_process = False  # vLLM's AsyncLLM runs its engine core in a process of its own
+
     def _launch(self) -> None:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -209,6 +209,10 @@ class ColocatedRolloutEngine(RolloutEngine):
     vLLM is this rank's colocated shard: built by every rank of the world at once, inside the rank's
     process, over its process group (``env://``)."""
 
+    # in the rank's process by construction, over the ranks' own group (external_launcher): not an
+    # ``engine.in_process`` engine, whose checks (no group of the caller's) would refuse it
+    can_run_in_process = False
+
     def _launch(self) -> None:
         import torch.distributed as dist
         from vllm import LLM

@@ -68,6 +68,17 @@ class EngineConfig(BaseModel):
         return self
 
 
+def in_process_resolved(engine: EngineConfig, *, alone: bool, cpu: bool) -> EngineConfig:
+    """``engine`` with a null ``in_process`` decided: in the calling process when the engine is ``alone``
+    in it on vLLM's CPU backend (``cpu``), with tensor parallel 1 and no executor asked for by name (in
+    process means vLLM's single-process one); else in processes of its own. A set value stays."""
+    if engine.in_process is not None:
+        return engine
+    value = alone and cpu and engine.tensor_parallel_size == 1
+    value = value and engine.distributed_executor_backend in (None, "uni")
+    return engine.model_copy(update={"in_process": value})
+
+
 class RolloutConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

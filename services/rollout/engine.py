@@ -79,7 +79,8 @@ class RolloutEngine(EngineBase):
             sampling_params(self.config, n, banned, **overrides, **({} if seed is None else {"seed": seed}))
             for n, seed in zip(counts, seeds, strict=True)
         ]
-        outputs = self.llm.generate([item.prompt for item in inputs], params, use_tqdm=False)
+        with self._calling():
+            outputs = self.llm.generate([item.prompt for item in inputs], params, use_tqdm=False)
         results = []
         for item, output in zip(inputs, outputs, strict=True):
             prompt_ids = list(output.prompt_token_ids)
@@ -121,7 +122,7 @@ class RolloutEngine(EngineBase):
             return self.push_weight_buckets(weights.announced, weights.open())
         self._check_ready("push weights")
         started = time.perf_counter()
-        with reload_call(weights, transport, self.checkpoint.parameter_names) as call:
+        with reload_call(weights, transport, self.checkpoint.parameter_names) as call, self._calling():
             try:
                 results = self.llm.collective_rpc(call.method, args=call.args, kwargs=call.kwargs)
                 check_reload_results(call, results)
@@ -156,7 +157,7 @@ class RolloutEngine(EngineBase):
         if self._bucket_load is not None:
             raise RuntimeError("a bucketed push is already open on this engine")
         check_announced(announced, self.checkpoint.parameter_names, checkpoint_shapes(self.checkpoint))
-        load = BucketLoad(self.llm.collective_rpc, announced)
+        load = BucketLoad(self._rpc, announced)
         load.begin()
         self._bucket_load = load
 
@@ -183,6 +184,10 @@ class RolloutEngine(EngineBase):
         self._weights_pushed()
         return count
 
+    def _rpc(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        with self._calling():
+            return self.llm.collective_rpc(method, *args, **kwargs)
+
     def _next_weight_version(self) -> None:
         self.weight_version += 1
         self.llm.llm_engine.set_weight_version(str(self.weight_version))
@@ -200,7 +205,8 @@ class RolloutEngine(EngineBase):
         Returns False, doing nothing, where vLLM cannot sleep (its CPU backend; logged)."""
         if not self._begin_sleep(level):
             return False
-        self.llm.sleep(level=level)
+        with self._calling():
+            self.llm.sleep(level=level)
         self._end_sleep(level)
         return True
 
@@ -209,7 +215,9 @@ class RolloutEngine(EngineBase):
         if self._sleep_level is None:
             return False
         free_cached_device_memory()
-        if not self.llm.wake_up():
+        with self._calling():
+            awake = self.llm.wake_up()
+        if not awake:
             raise RuntimeError("vLLM did not wake up fully")
         self._sleep_level = None
         return True
@@ -217,26 +225,29 @@ class RolloutEngine(EngineBase):
     def reset_caches(self, processed_inputs: bool = True) -> None:
         """Forget cached encoder outputs and prefix KV blocks (and, with ``processed_inputs``, the
         processed pixel values of recent media): the next request computes everything afresh."""
-        self.llm.llm_engine.reset_encoder_cache()
-        if not self.llm.reset_prefix_cache():
-            # vLLM refuses while requests hold blocks; stale KV would then serve a repeated prompt
-            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
-        if processed_inputs:
-            self.llm.llm_engine.reset_mm_cache()
+        with self._calling():
+            self.llm.llm_engine.reset_encoder_cache()
+            if not self.llm.reset_prefix_cache():
+                # vLLM refuses while requests hold blocks; stale KV would then serve a repeated prompt
+                raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+            if processed_inputs:
+                self.llm.llm_engine.reset_mm_cache()
 
     def worker_runtime(self) -> list[dict[str, Any]]:
         """Facts each worker process reports (``WeightSyncExtension.reelrl_runtime``)."""
-        return self.llm.collective_rpc("reelrl_runtime")
+        return self._rpc("reelrl_runtime")
 
     def shutdown(self) -> None:
         """Stop the engine's processes and remove the files they left behind (idempotent)."""
         if not self._begin_shutdown():
             return
-        engine = self.llm.llm_engine
-        if (renderer := getattr(engine, "renderer", None)) is not None:
-            renderer.shutdown()
-        engine.engine_core.shutdown()
-        self._end_shutdown()
+        try:
+            engine = self.llm.llm_engine
+            if (renderer := getattr(engine, "renderer", None)) is not None:
+                renderer.shutdown()
+            engine.engine_core.shutdown()
+        finally:
+            self._end_shutdown()
 
     def __enter__(self) -> RolloutEngine:
         return self

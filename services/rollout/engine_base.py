@@ -4,8 +4,11 @@ of the mix gate, and starting vLLM inside the private environment (services.roll
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,7 +16,7 @@ from services.common.families import Family
 from services.rollout import engine_processes
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig, call_config
-from services.rollout.environment import engine_environment, remove_private_folder
+from services.rollout.environment import MULTIPROCESSING, engine_environment, remove_private_folder
 from services.rollout.media import FrameSource
 from services.rollout.vllm_bridge import check_platform, sleep_mode_available
 
@@ -23,11 +26,34 @@ T = TypeVar("T")
 #: engine's state in module globals, and a second in-process engine started beside it corrupted this
 #: process's heap ("corrupted size vs. prev_size"). One after another is fine.
 _in_process: EngineBase | None = None
+#: how long stopping an in-process engine waits for a call still running in it
+IN_PROCESS_STOP_WAIT_S = 60.0
+
+
+def _check_in_process_start() -> None:
+    """Refuse an in-process engine where it cannot run safely: beside another one, or in a process
+    that already has a ``torch.distributed`` group (vLLM's engine would adopt it as its own world and
+    destroy it at shutdown)."""
+    import torch.distributed as dist
+
+    if _in_process is not None:
+        raise RuntimeError(
+            f"an engine for {_in_process.checkpoint.path} already runs in this process, and vLLM holds one "
+            "in-process engine at a time: shut it down first, or set engine.in_process: false"
+        )
+    if dist.is_available() and dist.is_initialized():
+        raise RuntimeError(
+            "this process already has a torch.distributed process group, which an in-process engine would "
+            "take as its own and destroy at shutdown: set engine.in_process: false"
+        )
 
 
 class EngineBase:
     """``source`` defaults to the frame store of the ``REELRL_*`` settings, ``reward_client`` (used only
     by the mix gate) to an in-process one. Subclasses start their vLLM engine in :meth:`_launch`."""
+
+    #: whether vLLM can run this kind of engine's core in the calling process (``engine.in_process``)
+    can_run_in_process = True
 
     def __init__(
         self,
@@ -56,6 +82,8 @@ class EngineBase:
         self.source = source
         self._reward_client = reward_client
         self._open = False
+        self.in_process = False
+        self._calls = threading.RLock()
         self._launch()
 
     def _launch(self) -> None:
@@ -65,20 +93,18 @@ class EngineBase:
         """Run vLLM's constructor in a fresh private environment; records start-up time and folder."""
         global _in_process
         started = time.perf_counter()
-        in_process = bool(self.config.engine.in_process)
-        with engine_environment(self.cpu_cores, in_process=in_process) as folder:  # one start at a time
+        #: whether vLLM's engine core and worker run in this process (asked, or exported by the operator)
+        asked = bool(self.config.engine.in_process) or os.environ.get(MULTIPROCESSING) == "0"
+        self.in_process = self.can_run_in_process and asked
+        with engine_environment(self.cpu_cores, in_process=self.in_process) as folder:  # one at a time
             try:
-                if in_process and _in_process is not None:
-                    raise RuntimeError(
-                        f"an engine for {_in_process.checkpoint.path} already runs in this process, and "
-                        "vLLM holds one in-process engine at a time: shut it down first, or set "
-                        "engine.in_process: false"
-                    )
+                if self.in_process:
+                    _check_in_process_start()
                 engine = construct()
             except BaseException:
                 remove_private_folder(folder)
                 raise
-            if in_process:
+            if self.in_process:
                 _in_process = self
         #: private folder with vLLM's socket and rendezvous files; removed at shutdown
         self.temp_folder = folder
@@ -89,12 +115,32 @@ class EngineBase:
         log.info("%s for %s started in %.1f s", type(self).__name__, self.checkpoint.path, self.startup_s)
         return engine
 
+    @contextmanager
+    def _calling(self) -> Iterator[None]:
+        """Held while a call runs inside vLLM: an in-process engine is stopped only between calls."""
+        with self._calls:
+            yield
+
     def _begin_shutdown(self) -> bool:
-        """True exactly once, for the caller that should stop vLLM (shutdown is idempotent)."""
+        """True exactly once, for the caller that should stop vLLM (shutdown is idempotent). An
+        in-process engine waits for a call still running in it (a fleet gives up on one that hangs and
+        stops it from another thread): torn down under a running step, the process's state would be
+        undefined. If the call does not end in time, the engine is left to end with this process
+        (False: no in-process engine can start beside it meanwhile)."""
         was_open, self._open = self._open, False
-        return was_open
+        if not was_open or not self.in_process:
+            return was_open
+        if self._calls.acquire(timeout=IN_PROCESS_STOP_WAIT_S):
+            self._calls.release()
+            return True
+        log.warning(
+            "the in-process engine for %s is still inside a call after %.0f s: it is left to end with this "
+            "process", self.checkpoint.path, IN_PROCESS_STOP_WAIT_S,
+        )  # fmt: skip
+        return False
 
     def _end_shutdown(self) -> None:
+        """After vLLM's shutdown, even one that raised: the engine's processes, segments and folder."""
         global _in_process
         if _in_process is self:
             _in_process = None

@@ -110,16 +110,34 @@ def engine_environment(cpu_cores: Sequence[int] | None = None, *, in_process: bo
         if not in_process:
             yield folder
             return
-        import torch
-
-        # vLLM's CPU worker makes torch.set_num_threads a no-op in its process, as it binds its threads
-        # itself; in-process that process is this one (whose own settings stay its own)
-        set_num_threads = torch.set_num_threads
         os.environ[MULTIPROCESSING] = "0"
-        try:
+        with _process_kept_as_it_was(folder):
             yield folder
-        finally:
-            torch.set_num_threads = set_num_threads
+
+
+@contextmanager
+def _process_kept_as_it_was(folder: Path) -> Iterator[None]:
+    """What vLLM's engine start changes in the process it runs in, which in process is this one: its
+    CPU worker makes ``torch.set_num_threads`` a no-op (it binds its own threads), it seeds the global
+    random generators with the rollout seed, and its single-process executor puts its rendezvous file
+    in the temp directory (here: the engine's private folder, removed at shutdown)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    set_num_threads = torch.set_num_threads
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cached = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = cached
+        torch.set_num_threads = set_num_threads
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
 
 
 @contextmanager

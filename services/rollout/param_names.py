@@ -74,11 +74,22 @@ def safetensors_header_names(data: bytes | bytearray | memoryview) -> list[str]:
     return [name for name in header if name != "__metadata__"]
 
 
+def safetensors_files(folder: str | Path) -> list[Path]:
+    """A checkpoint folder's weight files: the ``*.safetensors`` files its index names
+    (``model.safetensors.index.json``, as vLLM's loader keeps), else all of them."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    index = Path(folder) / "model.safetensors.index.json"
+    if index.is_file():
+        named = set(json.loads(index.read_text())["weight_map"].values())
+        files = [f for f in files if f.name in named]
+    return files
+
+
 def folder_names(folder: str | Path) -> list[str]:
-    """Tensor names in every ``*.safetensors`` file of a checkpoint folder (headers only)."""
+    """Tensor names in the weight files of a checkpoint folder (:func:`safetensors_files`; headers only)."""
     from safetensors import safe_open
 
-    files = sorted(Path(folder).glob("*.safetensors"))
+    files = safetensors_files(folder)
     if not files:
         raise ValueError(f"weights folder {folder} holds no *.safetensors file")
     names: list[str] = []

@@ -32,7 +32,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from services.rollout.param_names import ParameterNames, folder_names, safetensors_header_names
+from services.rollout.param_names import (
+    ParameterNames,
+    folder_names,
+    safetensors_files,
+    safetensors_header_names,
+)
 
 SHM = Path("/dev/shm")
 WEIGHTS_DIR_ENV = "REELRL_WEIGHTS_DIR"
@@ -296,7 +301,7 @@ class WeightSyncExtension:
         processor there and failed on the next request."""
         from safetensors import safe_open
 
-        files = sorted(Path(folder).glob("*.safetensors"))
+        files = safetensors_files(folder)
         if not files:
             raise FileNotFoundError(f"no safetensors file in {folder}")
         count = 0

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from services.rollout.config import RolloutConfig
+from services.rollout.config import RolloutConfig, in_process_resolved
 from services.rollout.engine import RolloutEngine
 from services.rollout.environment import pin_here
 from services.rollout.samples import RolloutSample
@@ -52,14 +52,20 @@ class RolloutWorker:
             client = make_reward_client(RewardConfig.model_validate(reward))
         self._client = client
         rollout = RolloutConfig.model_validate(config or {})
-        cpu = on_cpu() and rollout.engine.tensor_parallel_size == 1
-        if rollout.engine.in_process is None:
-            # the actor holds this one engine: on the CPU its core and worker run in the actor's process
-            # (no processes of their own to start, none polling beside it; docs/rollout.md)
-            rollout = rollout.model_copy(
-                update={"engine": rollout.engine.model_copy(update={"in_process": cpu})}
-            )
-        cores = pin_here(cpu_slot) if cpu_slot is not None and cpu else None
+        cpu = on_cpu()
+        # the actor holds this one engine: on the CPU its core and worker run in the actor's process (no
+        # processes of their own to start, none polling beside it; docs/rollout.md)
+        engine = in_process_resolved(rollout.engine, alone=True, cpu=cpu)
+        rollout = rollout.model_copy(update={"engine": engine})
+        cores = (
+            pin_here(cpu_slot) if cpu_slot is not None and cpu and engine.tensor_parallel_size == 1 else None
+        )
+        if cores and engine.in_process:
+            # its worker is this process: it computes with this process's torch threads, which Ray set
+            # to the actor's CPU count; the share may hold more cores
+            import torch
+
+            torch.set_num_threads(len(cores))
         self.engine = RolloutEngine(model, rollout, source=source, reward_client=client, cpu_cores=cores)
 
     def info(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from services.rollout.config import RolloutConfig
+from services.rollout.config import RolloutConfig, in_process_resolved
 from services.rollout.fleet import Fleet
 from services.trainer.config import TrainConfig, fleet_problems
 
@@ -151,11 +151,8 @@ def with_in_process(rollout: RolloutConfig, layout: Layout, cpu: bool) -> Rollou
     runs at once took 2.7 s a step against 0.9 s in process (docs/rollout.md, "In-process engines").
     A driver fleet keeps processes: engines in one process would generate one at a time (a
     disaggregated engine is alone in its actor's process, which decides: ``RolloutWorker``)."""
-    engine = rollout.engine
-    if engine.in_process is not None:
-        return rollout
-    alone = layout.engines == 1 and layout.tensor_parallel_size == 1 and cpu
-    return rollout.model_copy(update={"engine": engine.model_copy(update={"in_process": alone})})
+    engine = in_process_resolved(rollout.engine, alone=layout.engines == 1, cpu=cpu)
+    return rollout.model_copy(update={"engine": engine})
 
 
 def start_disaggregated(

@@ -35,6 +35,14 @@ def test_real_sizes_match_the_published_checkpoints(ids, family):
     assert config.tie_word_embeddings is False
 
 
+def test_qwen2_vl_2b_matches_the_published_checkpoint_with_its_head_untied(ids):
+    # the real-size weight-sync figure's checkpoint (bench/bench_weight_sync.py --family qwen2_vl --size 2b)
+    config, model = meta_model("qwen2_vl", ids, "2b")
+    head = model.lm_head.weight.numel()
+    assert sum(p.numel() for p in model.parameters()) - head == 2_208_985_600  # Qwen2-VL-2B-Instruct, tied
+    assert head == 151936 * 1536 and config.tie_word_embeddings is False
+
+
 def test_qwen3_5_9b_is_hybrid_at_full_size(ids):
     config, model = meta_model("qwen3_5", ids, "9b")
     text = config.text_config
@@ -54,6 +62,7 @@ def test_tiny_stays_tiny_and_unknown_sizes_are_refused(ids, tmp_path):
         app, ["make-tiny-model", str(tmp_path / "m"), "--family", "qwen2_vl", "--size", "8b"]
     )
     assert (
-        result.exit_code == 2 and "no size '8b' for family qwen2_vl; sizes: tiny, real, 7b" in result.output
+        result.exit_code == 2
+        and "no size '8b' for family qwen2_vl; sizes: tiny, real, 7b, 2b" in result.output
     )
     assert not (tmp_path / "m").exists()

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from services.reward.config import RewardConfig
+from services.rollout.environment import core_share
 from services.rollout.fleet import Fleet
 from services.rollout.seeds import SeedKey
 from tests.rollout.conftest import small_config
@@ -105,7 +106,7 @@ def test_each_engine_keeps_to_its_own_core(ray_fleet) -> None:
     cores = sorted(os.sched_getaffinity(0))
     assert len(cores) >= 2, "two engines need two cores to keep apart"
     for index, member in enumerate(ray_fleet.fleet.members):
-        assert own_cores(member.engine) == {(cores[index],)}
+        assert own_cores(member.engine) == {tuple(core_share(cores, index, 2))}
 
 
 def test_after_a_push_both_engines_sample_from_the_new_weights(
@@ -222,7 +223,7 @@ def test_an_engine_killed_mid_generation_leaves_the_step_complete(ray_fleet, vid
     groups = fleet.rollout(samples, key=SeedKey(4), prompt_tokens=[10] * 4)
     replacement = fleet.members[1].engine
     assert replacement is not victim and fleet.members[1].alive
-    assert own_cores(replacement) == {(sorted(os.sched_getaffinity(0))[1],)}  # the share it replaces
+    assert own_cores(replacement) == {tuple(core_share(sorted(os.sched_getaffinity(0)), 1, 2))}  # its share
     assert replacement.weight_version == (1 if fleet.weight_version else 0)
     assert sorted(fleet.last_engines) == [0, 0, 1, 1]
     assert {r.weight_version for g in groups for r in g.responses} == {fleet.weight_version}

@@ -60,18 +60,19 @@ def test_two_ranks_and_two_engines_on_two_nodes_train_and_resume(tmp_path: Path)
                 command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
             )
 
-        first = train(1)
+        # two steps: the second rollout comes after an in-run bucketed load into each rank's engine
+        first = train(2)
         assert first.returncode == 0, first.stderr[-6000:]
         assert "placement colocated" in first.stderr and "rollout engine on Ray" not in first.stderr
-        second = train(2)  # trainer.resume defaults to auto: continues from step 1's checkpoint
+        second = train(3)  # trainer.resume defaults to auto: continues from step 2's checkpoint
         assert second.returncode == 0, second.stderr[-6000:]
-        assert "resumed from" in second.stderr and "at step 1" in second.stderr
+        assert "resumed from" in second.stderr and "at step 2" in second.stderr
         rows = read_metrics(out / "metrics.jsonl")
-        assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]
+        assert [r["step"] for r in rows if r["step"] > 0] == [1, 2, 3]
         for r in rows:
             if r["step"] > 0:
                 assert r["actor/rollout_logprob_diff_max"] < 1e-4, r
-        assert (out / "checkpoints" / "step_000002" / "optim_rank1.pt").exists()
+        assert (out / "checkpoints" / "step_000003" / "optim_rank1.pt").exists()
         ray.init(address=cluster.address)
         ranks = [a for a in list_actors(detail=True, limit=1000) if a.class_name == "ActorWorker"]
         # 4 ranks over the two runs, 2 on each node: a node's one CPU holds one rank, so each run's two

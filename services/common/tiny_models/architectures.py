@@ -319,8 +319,8 @@ _QWEN2_TEXT_7B = {
 _QWEN2_ROPE_7B = {"mrope_section": [16, 24, 24]}  # head 128: halves 16 + 24 + 24 = 64
 _SIGLIP2_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16}
 REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
-    FamilyName.qwen2_vl: {  # Qwen2-VL-7B-Instruct
-        "7b": {
+    FamilyName.qwen2_vl: {
+        "7b": {  # Qwen2-VL-7B-Instruct
             "vocab_size": 152064,
             "text_config": {**_QWEN2_TEXT_7B, "max_position_embeddings": 32768},
             "rope_parameters": _QWEN2_ROPE_7B,
@@ -331,7 +331,28 @@ REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
                 "mlp_ratio": 4,
                 "num_heads": 16,
             },
-        }
+        },
+        # Qwen2-VL-2B-Instruct (2.2B; its embeddings are tied, here untied like every size): a real-size
+        # model that fits three times in a 24 GiB host, as the full push's memory figure needs
+        "2b": {
+            "vocab_size": 151936,
+            "text_config": {
+                "hidden_size": 1536,
+                "intermediate_size": 8960,
+                "num_hidden_layers": 28,
+                "num_attention_heads": 12,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 32768,
+            },
+            "rope_parameters": _QWEN2_ROPE_7B,  # head 128 as at 7B
+            "vision_config": {
+                "depth": 32,
+                "embed_dim": 1280,
+                "hidden_size": 1536,
+                "mlp_ratio": 4,
+                "num_heads": 16,
+            },
+        },
     },
     FamilyName.qwen2_5_vl: {  # Qwen2.5-VL-7B-Instruct
         "7b": {

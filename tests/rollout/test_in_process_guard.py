@@ -1,0 +1,224 @@
+"""The rules around in-process engines, without vLLM: an engine whose vLLM is a stand-in, so the guard,
+the shutdown paths and the settings can be driven exactly (real engines: tests/rollout/test_in_process.py).
+
+- one in-process engine at a time, and none in a process that has a torch.distributed group of its own;
+- an exported ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` makes an engine in-process for the guard too;
+- a shutdown that raises still frees the slot; a shutdown waits for a call still running in the
+  engine, and leaves an engine whose call does not end to end with the process (the slot stays taken);
+- the null setting resolves to in-process only for an engine alone on the CPU, tensor parallel 1, with
+  no executor named; the trainer's static checks and evaluation refuse what cannot hold.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from services.rollout import engine_base
+from services.rollout.config import EngineConfig, RolloutConfig, in_process_resolved
+from services.rollout.engine import RolloutEngine
+
+
+class StandIn:
+    """What ``RolloutEngine.shutdown`` and ``_start`` touch of a ``vllm.LLM``."""
+
+    def __init__(self, fail_shutdown: bool = False) -> None:
+        self.stopped = False
+
+        def shutdown() -> None:
+            if fail_shutdown:
+                raise RuntimeError("engine core shutdown failed")
+            self.stopped = True
+
+        self.llm_engine = SimpleNamespace(engine_core=SimpleNamespace(shutdown=shutdown), renderer=None)
+
+
+class FakeEngine(RolloutEngine):
+    fail_shutdown = False
+
+    def _launch(self) -> None:
+        self.llm = self._start(lambda: StandIn(self.fail_shutdown))
+
+
+def config(in_process: bool | None = True) -> RolloutConfig:
+    return RolloutConfig(engine=EngineConfig(in_process=in_process))
+
+
+@pytest.fixture
+def model(tiny_models) -> Path:
+    return tiny_models["qwen2_5_vl"]
+
+
+@pytest.fixture(autouse=True)
+def no_engine_left():
+    yield
+    leftover, engine_base._in_process = engine_base._in_process, None
+    assert leftover is None, "a test left an in-process engine registered"
+
+
+def test_one_in_process_engine_at_a_time_and_one_after_another(model) -> None:
+    first = FakeEngine(model, config(), source=object())
+    assert first.in_process and engine_base._in_process is first
+    with pytest.raises(RuntimeError, match="already runs in this process"):
+        FakeEngine(model, config(), source=object())
+    separate = FakeEngine(model, config(False), source=object())  # processes of its own: allowed beside
+    assert not separate.in_process
+    separate.shutdown()
+    first.shutdown()
+    assert first.llm.stopped and engine_base._in_process is None
+    FakeEngine(model, config(), source=object()).shutdown()
+
+
+def test_an_exported_single_process_setting_counts_as_in_process(model, monkeypatch) -> None:
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    first = FakeEngine(model, config(None), source=object())
+    try:
+        assert first.in_process
+        with pytest.raises(RuntimeError, match="already runs in this process"):
+            FakeEngine(model, config(False), source=object())
+    finally:
+        first.shutdown()
+
+
+def test_a_process_with_its_own_distributed_group_is_refused(model, tmp_path) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match=r"torch\.distributed process group"):
+            FakeEngine(model, config(), source=object())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_shutdown_that_raises_still_frees_the_slot(model, monkeypatch) -> None:
+    monkeypatch.setattr(FakeEngine, "fail_shutdown", True)
+    engine = FakeEngine(model, config(), source=object())
+    with pytest.raises(RuntimeError, match="engine core shutdown failed"):
+        engine.shutdown()
+    assert engine_base._in_process is None
+    monkeypatch.setattr(FakeEngine, "fail_shutdown", False)
+    FakeEngine(model, config(), source=object()).shutdown()
+
+
+def test_a_shutdown_waits_for_a_running_call_and_leaves_one_that_does_not_end(model, monkeypatch) -> None:
+    monkeypatch.setattr(engine_base, "IN_PROCESS_STOP_WAIT_S", 5.0)
+    engine = FakeEngine(model, config(), source=object())
+    release = threading.Event()
+
+    def call() -> None:
+        with engine._calling():
+            release.wait(30)
+
+    running = threading.Thread(target=call)
+    running.start()
+    time.sleep(0.2)
+    threading.Timer(1.0, release.set).start()
+    started = time.monotonic()
+    engine.shutdown()  # waits for the call, then stops
+    assert 0.5 < time.monotonic() - started < 5.0 and engine.llm.stopped
+    running.join()
+
+    monkeypatch.setattr(engine_base, "IN_PROCESS_STOP_WAIT_S", 0.5)
+    stuck = FakeEngine(model, config(), source=object())
+    never = threading.Event()
+
+    def hang() -> None:
+        with stuck._calling():
+            never.wait(30)
+
+    hung = threading.Thread(target=hang)
+    hung.start()
+    time.sleep(0.2)
+    try:
+        stuck.shutdown()  # gives up: vLLM is left running, and the slot stays taken
+        assert not stuck.llm.stopped and engine_base._in_process is stuck
+        with pytest.raises(RuntimeError, match="already runs in this process"):
+            FakeEngine(model, config(), source=object())
+    finally:
+        never.set()
+        hung.join()
+        engine_base._in_process = None  # the stand-in has nothing to end with the process
+
+
+@pytest.mark.parametrize(
+    ("engine", "alone", "cpu", "expected"),
+    [
+        (EngineConfig(), True, True, True),  # one engine alone on the CPU
+        (EngineConfig(), False, True, False),  # a driver fleet: engines of one process run one at a time
+        (EngineConfig(), True, False, False),  # a GPU: vLLM's own layout
+        (EngineConfig(tensor_parallel_size=2), True, True, False),  # a process per rank
+        (EngineConfig(distributed_executor_backend="mp"), True, True, False),  # an executor asked for
+        (EngineConfig(in_process=False), True, True, False),  # as set
+        (EngineConfig(in_process=True), False, False, True),
+    ],
+)
+def test_the_null_setting_resolves_to_in_process_only_for_an_engine_alone_on_the_cpu(
+    engine: EngineConfig, alone: bool, cpu: bool, expected: bool
+) -> None:
+    assert in_process_resolved(engine, alone=alone, cpu=cpu).in_process is expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["rollout.placement=colocated", "trainer.use_ray=true", "rollout.engine.in_process=false"],
+            "colocated",
+        ),
+        (
+            ["rollout.placement=driver", "rollout.engines=2", "rollout.engine.in_process=true"],
+            "one at a time",
+        ),
+    ],
+)
+def test_the_trainer_refuses_in_process_settings_that_cannot_hold(overrides: list[str], message: str) -> None:
+    from services.trainer.config import ConfigError, load_config
+
+    root = Path(__file__).resolve().parents[2]
+    with pytest.raises(ConfigError, match=message):
+        load_config(root / "examples" / "tiny_cpu.yaml", overrides)
+    # a disaggregated fleet's engines are each alone in an actor: in process is fine there
+    load_config(
+        root / "examples" / "tiny_cpu.yaml",
+        ["rollout.placement=disaggregated", "trainer.use_ray=true", "rollout.engines=2", "rollout.engine.in_process=true"],
+    )  # fmt: skip
+
+
+def test_evaluation_refuses_in_process() -> None:
+    from pydantic import ValidationError
+
+    from services.eval.config import EvalConfig
+
+    with pytest.raises(ValidationError, match="asynchronous engine"):
+        EvalConfig.model_validate(
+            {"model": "m", "benchmarks": ["video_r1"], "rollout": {"engine": {"in_process": True}}}
+        )
+
+
+def test_a_folder_s_weight_files_are_those_its_index_names(tmp_path: Path) -> None:
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from services.rollout.param_names import folder_names, safetensors_files
+
+    for name in (
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "consolidated.safetensors",
+    ):
+        save_file({name.split(".")[0].replace("-", "_"): torch.zeros(1)}, tmp_path / name)
+    assert len(safetensors_files(tmp_path)) == 3  # no index: every file
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert [f.name for f in safetensors_files(tmp_path)] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+    assert folder_names(tmp_path) == ["model_00001_of_00002", "model_00002_of_00002"]
