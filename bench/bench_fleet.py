@@ -35,6 +35,7 @@ machine hits both; medians of ``--repeats``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -49,6 +50,7 @@ from services.common.tiny_models import build_tiny_model
 from services.reward.config import RewardConfig
 from services.rollout.config import EngineConfig, RolloutConfig
 from services.rollout.engine import RolloutEngine
+from services.rollout.environment import core_share
 from services.rollout.fleet import Fleet
 from services.rollout.samples import RolloutSample
 from services.rollout.seeds import SeedKey
@@ -125,8 +127,11 @@ def disaggregated(model: Path, config: RolloutConfig, frames: Path, batches, arg
 
 
 def driver(model: Path, config: RolloutConfig, frames: Path, batches, args) -> list[Runs]:
+    cores = sorted(os.sched_getaffinity(0))
+
     def start(index: int) -> RolloutEngine:
-        return RolloutEngine(model, config, source=FrameStore(frames), cpu_cores=[index])
+        # each worker on its half of the cores, as the disaggregated side's slots split them
+        return RolloutEngine(model, config, source=FrameStore(frames), cpu_cores=core_share(cores, index, 2))
 
     return with_two(start, lambda a, b: compare(a, b, batches, args))
 

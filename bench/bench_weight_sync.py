@@ -103,7 +103,10 @@ def main() -> None:
                 seconds, extra = peak_extra_rss(lambda: engine.push_weights(stream))
                 bucket_s.append(seconds)
                 bucket_rss.append(extra)
-    suffix = "" if args.size == "tiny" else f"_{args.size}"
+    # the default family's keys carry the size only (tiny: none); another family's carry its name too
+    suffix = ("" if args.family == "qwen2_5_vl" else f"_{args.family}") + (
+        "" if args.size == "tiny" else f"_{args.size}"
+    )
     figures = {
         f"weight_sync_s_full{suffix}": statistics.median(full_s),
         f"weight_sync_s_bucketed{suffix}": statistics.median(bucket_s),

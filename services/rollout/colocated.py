@@ -37,7 +37,7 @@ import torch
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
 from services.rollout.engine import RolloutEngine
-from services.rollout.environment import core_share
+from services.rollout.environment import pin_here
 from services.rollout.vllm_bridge import (
     engine_kwargs,
     free_cached_device_memory,
@@ -130,6 +130,7 @@ class ColocatedShard:
         self.checkpoint = Checkpoint.load(model)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.engine_index = self.rank // config.engine.tensor_parallel_size
+        self.cpu_cores = own_cores(self.rank) if on_cpu() else None
         started = time.perf_counter()
         self.llm = LLM(**colocated_kwargs(model, config, self.world_size))
         self.startup_s = time.perf_counter() - started
@@ -188,18 +189,19 @@ class ColocatedShard:
 
 
 def own_cores(rank: int) -> list[int]:
-    """On vLLM's CPU backend, this rank's shard's own cores. Its ``auto`` binding picks cores by local
-    rank, and every rank on Ray is local rank 0: two shards on one host then bound the same cores and
-    their OpenMP teams starved each other (a 2-step run took 60 s, or stalled for 10 minutes). The
-    engine binds to them while it is constructed (``engine_environment``, which keeps a
-    ``VLLM_CPU_OMP_THREADS_BIND`` other than ``auto``). Every rank calls this at once (one gather of
-    host names: the ranks that share this host split its cores in rank order)."""
+    """On vLLM's CPU backend, pin this rank (its process, every thread of it, the shard inside it) to
+    its own share of its host's cores, and return them. The shard runs on vLLM's
+    ``external_launcher`` executor, in this process, which binds no threads
+    (``VLLM_CPU_OMP_THREADS_BIND`` is read only by the multiprocess executor): two shards on one host
+    left to float took each other's cores (a 2-step run took 60 s, or stalled for 10 minutes). The
+    rank computes with as many threads (``rank_threads``). Every rank calls this at once (one gather
+    of host names: the ranks that share this host split its cores in rank order)."""
     import torch.distributed as dist
 
     hosts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
     here = [r for r, host in enumerate(hosts) if host == hosts[rank]]
-    cores = core_share(sorted(os.sched_getaffinity(0)), here.index(rank), len(here))
+    cores = pin_here((here.index(rank), len(here))) or sorted(os.sched_getaffinity(0))
     log.info("colocated shard of rank %d: cores %s", rank, cores)
     return cores
 

@@ -48,6 +48,21 @@ def _check_in_process_start() -> None:
         )
 
 
+def _forget_failed_start() -> None:
+    """After an in-process start that raised: vLLM may have set up its one-rank torch.distributed
+    group and model-parallel state before failing (e.g. sizing the KV cache), which would refuse every
+    later in-process engine in this process (a long-lived train worker)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        try:
+            cleanup_dist_env_and_memory()
+        except Exception:  # the start's own error is the one to report
+            log.exception("cleaning up after a failed in-process engine start")
+
+
 class EngineBase:
     """``source`` defaults to the frame store of the ``REELRL_*`` settings, ``reward_client`` (used only
     by the mix gate) to an in-process one. Subclasses start their vLLM engine in :meth:`_launch`."""
@@ -84,6 +99,7 @@ class EngineBase:
         self._open = False
         self.in_process = False
         self._calls = threading.RLock()
+        self._stopping = False  # a shutdown holds _calls from its wait to vLLM's teardown
         self._launch()
 
     def _launch(self) -> None:
@@ -93,15 +109,22 @@ class EngineBase:
         """Run vLLM's constructor in a fresh private environment; records start-up time and folder."""
         global _in_process
         started = time.perf_counter()
-        #: whether vLLM's engine core and worker run in this process (asked, or exported by the operator)
-        asked = bool(self.config.engine.in_process) or os.environ.get(MULTIPROCESSING) == "0"
+        #: whether vLLM's engine core and worker run in this process: as set, or when not set, as the
+        #: operator exported it (an explicit false runs in processes of their own whatever is exported)
+        asked = self.config.engine.in_process
+        if asked is None:
+            asked = os.environ.get(MULTIPROCESSING) == "0"
         self.in_process = self.can_run_in_process and asked
         with engine_environment(self.cpu_cores, in_process=self.in_process) as folder:  # one at a time
+            constructing = False
             try:
                 if self.in_process:
                     _check_in_process_start()
+                constructing = True
                 engine = construct()
             except BaseException:
+                if self.in_process and constructing:  # a group there before the start is not vLLM's
+                    _forget_failed_start()
                 remove_private_folder(folder)
                 raise
             if self.in_process:
@@ -117,8 +140,11 @@ class EngineBase:
 
     @contextmanager
     def _calling(self) -> Iterator[None]:
-        """Held while a call runs inside vLLM: an in-process engine is stopped only between calls."""
+        """Held while a call runs inside vLLM: an in-process engine is stopped only between calls, and
+        a call that comes after the stop (a push thread a fleet gave up on) is refused by name."""
         with self._calls:
+            if not self._open:
+                raise RuntimeError(f"the engine for {self.checkpoint.path} is stopped")
             yield
 
     def _begin_shutdown(self) -> bool:
@@ -127,12 +153,19 @@ class EngineBase:
         stops it from another thread): torn down under a running step, the process's state would be
         undefined. If the call does not end in time, the engine is left to end with this process
         (False: no in-process engine can start beside it meanwhile)."""
-        was_open, self._open = self._open, False
-        if not was_open or not self.in_process:
+        if not self._open:  # stopped already, or given up on (no second wait)
+            return False
+        if not self.in_process:
+            was_open, self._open = self._open, False
             return was_open
+        # held until _end_shutdown: no call starts between the wait and vLLM's teardown
         if self._calls.acquire(timeout=IN_PROCESS_STOP_WAIT_S):
-            self._calls.release()
-            return True
+            was_open, self._open = self._open, False
+            if not was_open:
+                self._calls.release()
+            self._stopping = was_open
+            return was_open
+        self._open = False
         log.warning(
             "the in-process engine for %s is still inside a call after %.0f s: it is left to end with this "
             "process", self.checkpoint.path, IN_PROCESS_STOP_WAIT_S,
@@ -144,6 +177,9 @@ class EngineBase:
         global _in_process
         if _in_process is self:
             _in_process = None
+        if self._stopping:
+            self._stopping = False
+            self._calls.release()
         engine_processes.release(self.footprint)
         remove_private_folder(self.temp_folder)
 

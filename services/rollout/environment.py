@@ -108,6 +108,7 @@ def engine_environment(cpu_cores: Sequence[int] | None = None, *, in_process: bo
     """
     with _CONSTRUCTING, _environment(cpu_cores) as folder:
         if not in_process:
+            os.environ[MULTIPROCESSING] = "1"  # whatever the operator exported (restored after)
             yield folder
             return
         os.environ[MULTIPROCESSING] = "0"
@@ -128,6 +129,8 @@ def _process_kept_as_it_was(folder: Path) -> Iterator[None]:
 
     set_num_threads = torch.set_num_threads
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    # vLLM seeds every CUDA device too (manual_seed_all); read only where CUDA is already up
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     cached = tempfile.tempdir
     tempfile.tempdir = str(folder)
     try:
@@ -138,6 +141,8 @@ def _process_kept_as_it_was(folder: Path) -> Iterator[None]:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 @contextmanager

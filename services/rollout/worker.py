@@ -60,15 +60,18 @@ class RolloutWorker:
         cores = (
             pin_here(cpu_slot) if cpu_slot is not None and cpu and engine.tensor_parallel_size == 1 else None
         )
-        if cores and engine.in_process:
+        if cpu and engine.in_process:
             # its worker is this process: it computes with this process's torch threads, which Ray set
-            # to the actor's CPU count; the share may hold more cores
+            # to the actor's CPU count (1 by default); its share, or alone every core it may use, may
+            # hold more
             import torch
 
-            torch.set_num_threads(len(cores))
+            torch.set_num_threads(len(cores or os.sched_getaffinity(0)))
         self.engine = RolloutEngine(model, rollout, source=source, reward_client=client, cpu_cores=cores)
 
     def info(self) -> dict[str, Any]:
+        import torch
+
         return {
             "model": self.engine.checkpoint.path,
             "family": self.engine.family.name.value,
@@ -76,6 +79,7 @@ class RolloutWorker:
             "temp_folder": str(self.engine.temp_folder),
             "weight_version": self.engine.weight_version,
             "cpu_cores": self.engine.cpu_cores,
+            "threads": torch.get_num_threads(),
         }
 
     def affinity(self) -> dict[str, list[int]]:

@@ -195,7 +195,11 @@ class TrainerConfig(_Section):
     )
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="with loggers: wandb")
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig, description="with loggers: mlflow")
-    torch_threads: int | None = Field(None, gt=0, description="intra-op threads of each actor process")
+    torch_threads: int | None = Field(
+        None,
+        gt=0,
+        description="intra-op threads of each actor process (null: a CPU Ray rank's share of its node)",
+    )
     ray_address: str | None = Field(None, description="null: RAY_ADDRESS or a local Ray")
     use_ray: bool = Field(False, description="run the actor ranks as Ray actors (placement group, FSDP)")
     ray_cpus_per_rank: float = Field(0.5, gt=0, description="CPUs Ray reserves for each actor rank")

@@ -107,6 +107,9 @@ def test_each_engine_keeps_to_its_own_core(ray_fleet) -> None:
     assert len(cores) >= 2, "two engines need two cores to keep apart"
     for index, member in enumerate(ray_fleet.fleet.members):
         assert own_cores(member.engine) == {tuple(core_share(cores, index, 2))}
+        # and its worker, this process, computes with the share's cores (Ray set 1 thread)
+        info = ray_fleet.ray.get(member.engine.worker.info.remote())
+        assert info["threads"] == len(core_share(cores, index, 2))
 
 
 def test_after_a_push_both_engines_sample_from_the_new_weights(
@@ -140,7 +143,7 @@ def test_buckets_by_reference_reach_both_engines_each_before_the_next_is_made(
     from services.trainer.weight_buckets import weight_buckets
 
     fleet, local, ray = ray_fleet.fleet, ray_fleet.local, ray_fleet.ray
-    new = hf_model(tiny_models[FAMILY])
+    new = copy.deepcopy(hf_model(tiny_models[FAMILY]))  # the session's model stays as loaded
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for p in new.parameters():

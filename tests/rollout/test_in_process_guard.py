@@ -2,15 +2,18 @@
 the shutdown paths and the settings can be driven exactly (real engines: tests/rollout/test_in_process.py).
 
 - one in-process engine at a time, and none in a process that has a torch.distributed group of its own;
-- an exported ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` makes an engine in-process for the guard too;
+- an exported ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` makes an engine in-process for the guard too, unless
+  its setting says false; a failed start leaves no torch.distributed group behind;
 - a shutdown that raises still frees the slot; a shutdown waits for a call still running in the
   engine, and leaves an engine whose call does not end to end with the process (the slot stays taken);
+  a call after the stop is refused;
 - the null setting resolves to in-process only for an engine alone on the CPU, tensor parallel 1, with
   no executor named; the trainer's static checks and evaluation refuse what cannot hold.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -41,7 +44,12 @@ class FakeEngine(RolloutEngine):
     fail_shutdown = False
 
     def _launch(self) -> None:
-        self.llm = self._start(lambda: StandIn(self.fail_shutdown))
+        self.llm = self._start(self._construct)
+
+    def _construct(self) -> StandIn:
+        #: what vLLM would read: run its engine core in this process ("0") or in processes of its own
+        self.multiprocessing = os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+        return StandIn(self.fail_shutdown)
 
 
 def config(in_process: bool | None = True) -> RolloutConfig:
@@ -73,15 +81,42 @@ def test_one_in_process_engine_at_a_time_and_one_after_another(model) -> None:
     FakeEngine(model, config(), source=object()).shutdown()
 
 
-def test_an_exported_single_process_setting_counts_as_in_process(model, monkeypatch) -> None:
+def test_an_exported_single_process_setting_counts_only_where_nothing_is_set(model, monkeypatch) -> None:
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     first = FakeEngine(model, config(None), source=object())
     try:
-        assert first.in_process
+        assert first.in_process and first.multiprocessing == "0"
         with pytest.raises(RuntimeError, match="already runs in this process"):
-            FakeEngine(model, config(False), source=object())
+            FakeEngine(model, config(None), source=object())
+        # an explicit false runs in processes of its own, whatever the operator exported
+        second = FakeEngine(model, config(False), source=object())
+        assert not second.in_process and second.multiprocessing == "1"
+        assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # put back
+        second.shutdown()
     finally:
         first.shutdown()
+
+
+def test_a_call_after_the_stop_is_refused_by_name(model) -> None:
+    engine = FakeEngine(model, config(), source=object())
+    engine.shutdown()
+    with pytest.raises(RuntimeError, match="is stopped"), engine._calling():
+        pass
+    engine.shutdown()  # twice: no second wait, nothing raised
+
+
+def test_a_failed_in_process_start_leaves_no_distributed_group(model, monkeypatch, tmp_path) -> None:
+    import torch.distributed as dist
+
+    class FailsAfterItsGroup(FakeEngine):
+        def _construct(self) -> StandIn:  # as vLLM's start failing after init_device (KV sizing)
+            dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+            raise ValueError("no room for the KV cache")
+
+    with pytest.raises(ValueError, match="KV cache"):
+        FailsAfterItsGroup(model, config(), source=object())
+    assert not dist.is_initialized() and engine_base._in_process is None
+    FakeEngine(model, config(), source=object()).shutdown()  # the next in-process start is allowed
 
 
 def test_a_process_with_its_own_distributed_group_is_refused(model, tmp_path) -> None:

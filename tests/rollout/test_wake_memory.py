@@ -4,6 +4,8 @@ order is what is checked here; bench/gpu/run.sh runs the real sleep and wake on 
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from services.rollout.colocated import ColocatedShard
@@ -30,7 +32,7 @@ def test_the_cache_is_emptied_before_every_wake_up(monkeypatch) -> None:
     calls: list[str] = []
     record_cuda(monkeypatch, calls)
     engine = object.__new__(RolloutEngine)
-    engine.llm, engine._sleep_level = Llm(calls), 1
+    engine.llm, engine._sleep_level, engine._calls, engine._open = Llm(calls), 1, threading.RLock(), True
     assert engine.wake_up() is True
     shard = object.__new__(ColocatedShard)
     shard.llm, shard.asleep = Llm(calls), True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def main(model_path: str, out: Path) -> None:
         result = {
             "rank": rank,
             "engine_index": shard.engine_index,
+            "cores": sorted(os.sched_getaffinity(0)),  # this rank's process, where its shard runs
+            "shard_cores": shard.cpu_cores,
             "buckets": buckets,
             "weight_version": shard.weight_version,
             "slept": slept,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from services.rollout.environment import core_share
 from tests.trainer.actor_steps import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,10 @@ def test_two_ranks_each_host_an_engine_and_load_their_own_buckets(tmp_path: Path
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["engine_index"] for r in results] == [0, 1]  # one engine per rank (TP 1)
+    # each rank, shard included, keeps to its own half of the host's cores
+    cores = sorted(os.sched_getaffinity(0))
+    assert [r["cores"] for r in results] == [core_share(cores, r, 2) for r in range(2)]
+    assert [r["shard_cores"] for r in results] == [r["cores"] for r in results]
     for r in results:
         assert r["gap_before_vs_old"] < TOLERANCE, r
         assert r["gap_after_vs_new"] < TOLERANCE, r

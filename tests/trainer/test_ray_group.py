@@ -4,6 +4,7 @@ the rollout engine accepts, a rank's failure names the rank, and shutdown leaves
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 
 from services.rollout.checkpoint import Checkpoint
 from services.trainer.group import LocalActorGroup
+from services.trainer.ray_group import rank_threads
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
 
@@ -31,6 +33,15 @@ def test_rank_metrics_combine() -> None:
         "grad_norm": 2.0,
         "rollout_logprob_diff_max": 0.3,
     }
+
+
+def test_a_cpu_rank_computes_with_its_share_of_the_node() -> None:
+    assert rank_threads(cores=2, node_cpus=3.0, ranks=1) == 2  # a lone rank on a 2-core node: both cores
+    assert rank_threads(cores=16, node_cpus=3.0, ranks=2) == 1  # two ranks on a node of 3 Ray CPUs
+    assert rank_threads(cores=2, node_cpus=2.0, ranks=4) == 1  # never none
+    assert rank_threads(cores=64, node_cpus=8.0, ranks=1) == 8  # the node's Ray CPUs, not the machine's
+    # a container of 4 cores on a 64-core host whose Ray counts 64: 2 ranks split the 4 cores
+    assert rank_threads(cores=4, node_cpus=64.0, ranks=2) == 2
 
 
 def gap(a: list[torch.Tensor] | dict[str, torch.Tensor], b: list[torch.Tensor] | dict) -> float:
@@ -85,6 +96,9 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
         pids = [info["pid"] for info in group.info]
         assert [info["rank"] for info in group.info] == [0, 1]
         assert len(set(pids)) == 2 and all(alive(p) for p in pids)
+        # each of the 2 ranks on the one node computes with half its CPUs (Ray alone would say 1)
+        half = rank_threads(len(os.sched_getaffinity(0)), ray.cluster_resources()["CPU"], 2)
+        assert [info["threads"] for info in group.info] == [half, half]
         temp = group._temp_dir
         assert temp is not None and temp.is_dir()
 
@@ -175,3 +189,25 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
     assert not [p for p in pids if alive(p)], "actor rank processes outlived shutdown"
     assert not temp.exists()
     group.shutdown()  # twice is harmless
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_lone_cpu_rank_computes_with_every_core(tmp_path: Path, monkeypatch) -> None:
+    """Ray starts an actor that asks for less than 2 CPUs with one OpenMP thread: a lone rank on the
+    CPU would compute its update on one core while the others idle."""
+    import ray
+
+    from services.trainer.ray_group import RayActorGroup
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local Ray of this test's own
+
+    world = build_world(tmp_path, samples=1)
+    config = train_config(world, world_size=1)
+    group = RayActorGroup(config, str(world.model), world.frames, config.effective_rollout())
+    try:
+        cores = len(os.sched_getaffinity(0))
+        assert ray.cluster_resources()["CPU"] >= cores
+        assert [info["threads"] for info in group.info] == [cores]
+    finally:
+        group.shutdown()
