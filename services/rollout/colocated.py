@@ -193,9 +193,9 @@ def own_cores(rank: int) -> list[int]:
     its own share of its host's cores, and return them. The shard runs on vLLM's
     ``external_launcher`` executor, in this process, which binds no threads
     (``VLLM_CPU_OMP_THREADS_BIND`` is read only by the multiprocess executor): two shards on one host
-    left to float took each other's cores (a 2-step run took 60 s, or stalled for 10 minutes). The
-    rank computes with as many threads (``rank_threads``). Every rank calls this at once (one gather
-    of host names: the ranks that share this host split its cores in rank order)."""
+    left to float took each other's cores (a 2-step run took 60 s, or stalled for 10 minutes). A Ray
+    rank's threads are its share of its node (``ray_group.rank_threads``). Every rank calls this at
+    once (one gather of host names: the ranks that share this host split its cores in rank order)."""
     import torch.distributed as dist
 
     hosts: list[Any] = [None] * dist.get_world_size()

@@ -190,7 +190,9 @@ class RolloutEngine(EngineBase):
 
     def _next_weight_version(self) -> None:
         self.weight_version += 1
-        with self._calls:  # runs in a push's finally: a stopped engine has no version to set
+        if not self._open:  # runs in a push's finally: a stopped engine has no version to set
+            return
+        with self._calls:
             if self._open:
                 self.llm.llm_engine.set_weight_version(str(self.weight_version))
 

@@ -142,6 +142,8 @@ class EngineBase:
     def _calling(self) -> Iterator[None]:
         """Held while a call runs inside vLLM: an in-process engine is stopped only between calls, and
         a call that comes after the stop (a push thread a fleet gave up on) is refused by name."""
+        if not self._open:  # before the lock too: a stop that gave up leaves a hung call holding it
+            raise RuntimeError(f"the engine for {self.checkpoint.path} is stopped")
         with self._calls:
             if not self._open:
                 raise RuntimeError(f"the engine for {self.checkpoint.path} is stopped")

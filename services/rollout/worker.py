@@ -20,6 +20,16 @@ from services.rollout.samples import RolloutSample
 from services.rollout.vllm_bridge import on_cpu
 
 
+def engine_threads(pinned: list[int] | None, slot: tuple[int, int] | None, cores: int) -> int:
+    """Threads an in-process CPU engine in an actor computes with: the cores it is pinned to; with a
+    slot it could not be pinned to (fewer ``cores`` than engines), its part of them; alone, all."""
+    if pinned:
+        return len(pinned)
+    if slot is not None:
+        return max(1, cores // slot[1])
+    return max(1, cores)
+
+
 class RolloutWorker:
     """``source``: a frame source to read from instead of the store at ``frame_root`` (e.g. the
     trainer's store plus its still images, or a realtime decoder); ``reward``: the reward client's
@@ -62,11 +72,10 @@ class RolloutWorker:
         )
         if cpu and engine.in_process:
             # its worker is this process: it computes with this process's torch threads, which Ray set
-            # to the actor's CPU count (1 by default); its share, or alone every core it may use, may
-            # hold more
+            # to the actor's CPU count (1 by default)
             import torch
 
-            torch.set_num_threads(len(cores or os.sched_getaffinity(0)))
+            torch.set_num_threads(engine_threads(cores, cpu_slot, len(os.sched_getaffinity(0))))
         self.engine = RolloutEngine(model, rollout, source=source, reward_client=client, cpu_cores=cores)
 
     def info(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ processes it starts to its share (``pin_here``; real engines: tests/rollout/test
 from __future__ import annotations
 
 from services.rollout.environment import core_share
+from services.rollout.worker import engine_threads
 
 
 def test_ranks_on_one_host_split_its_cores_in_rank_order():
@@ -71,3 +72,10 @@ def test_fewer_cores_than_engines_pin_nothing_and_a_slot_out_of_range_is_refused
     one = sorted(os.sched_getaffinity(0))[:1]
     assert _pinned(one, (1, 2)) == {"returned": None, "thread": one, "other": one, "child": one}
     assert "does not exist" in _pinned(one, (2, 2))["error"]
+
+
+def test_an_in_process_engine_in_an_actor_computes_with_its_cores():
+    assert engine_threads([2, 3], (1, 2), cores=4) == 2  # pinned: its share
+    assert engine_threads(None, (0, 3), cores=2) == 1  # 3 engines on 2 cores could not be pinned
+    assert engine_threads(None, (0, 2), cores=8) == 4  # unpinned slot: its part, not every core
+    assert engine_threads(None, None, cores=16) == 16  # alone: every core (Ray would give it 1)

@@ -130,12 +130,28 @@ def test_a_process_with_its_own_distributed_group_is_refused(model, tmp_path) ->
         dist.destroy_process_group()
 
 
+def released(engine: FakeEngine) -> bool:
+    """Whether another thread can take the engine's call lock (on the stopping thread it re-enters)."""
+    got: list[bool] = []
+
+    def take() -> None:
+        got.append(engine._calls.acquire(timeout=2))
+        if got[0]:
+            engine._calls.release()
+
+    other = threading.Thread(target=take)
+    other.start()
+    other.join()
+    return got[0]
+
+
 def test_a_shutdown_that_raises_still_frees_the_slot(model, monkeypatch) -> None:
     monkeypatch.setattr(FakeEngine, "fail_shutdown", True)
     engine = FakeEngine(model, config(), source=object())
     with pytest.raises(RuntimeError, match="engine core shutdown failed"):
         engine.shutdown()
     assert engine_base._in_process is None
+    assert released(engine)  # the stop held the call lock through the teardown, and let it go
     monkeypatch.setattr(FakeEngine, "fail_shutdown", False)
     FakeEngine(model, config(), source=object()).shutdown()
 
@@ -174,6 +190,11 @@ def test_a_shutdown_waits_for_a_running_call_and_leaves_one_that_does_not_end(mo
         assert not stuck.llm.stopped and engine_base._in_process is stuck
         with pytest.raises(RuntimeError, match="already runs in this process"):
             FakeEngine(model, config(), source=object())
+        # a later call is refused at once, not queued behind the hung one
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="is stopped"), stuck._calling():
+            pass
+        assert time.monotonic() - started < 0.5
     finally:
         never.set()
         hung.join()

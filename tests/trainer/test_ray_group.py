@@ -97,7 +97,7 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
         assert [info["rank"] for info in group.info] == [0, 1]
         assert len(set(pids)) == 2 and all(alive(p) for p in pids)
         # each of the 2 ranks on the one node computes with half its CPUs (Ray alone would say 1)
-        half = rank_threads(len(os.sched_getaffinity(0)), ray.cluster_resources()["CPU"], 2)
+        half = max(1, len(os.sched_getaffinity(0)) // 2)
         assert [info["threads"] for info in group.info] == [half, half]
         temp = group._temp_dir
         assert temp is not None and temp.is_dir()
