@@ -156,18 +156,24 @@ def test_a_shutdown_that_raises_still_frees_the_slot(model, monkeypatch) -> None
     FakeEngine(model, config(), source=object()).shutdown()
 
 
+def calling_until(engine: FakeEngine, done: threading.Event) -> threading.Thread:
+    """A thread inside a call on ``engine`` until ``done`` is set (at most 30 s), already in it."""
+
+    def call() -> None:
+        with engine._calling():
+            done.wait(30)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.2)
+    return thread
+
+
 def test_a_shutdown_waits_for_a_running_call_and_leaves_one_that_does_not_end(model, monkeypatch) -> None:
     monkeypatch.setattr(engine_base, "IN_PROCESS_STOP_WAIT_S", 5.0)
     engine = FakeEngine(model, config(), source=object())
     release = threading.Event()
-
-    def call() -> None:
-        with engine._calling():
-            release.wait(30)
-
-    running = threading.Thread(target=call)
-    running.start()
-    time.sleep(0.2)
+    running = calling_until(engine, release)
     threading.Timer(1.0, release.set).start()
     started = time.monotonic()
     engine.shutdown()  # waits for the call, then stops
@@ -177,14 +183,7 @@ def test_a_shutdown_waits_for_a_running_call_and_leaves_one_that_does_not_end(mo
     monkeypatch.setattr(engine_base, "IN_PROCESS_STOP_WAIT_S", 0.5)
     stuck = FakeEngine(model, config(), source=object())
     never = threading.Event()
-
-    def hang() -> None:
-        with stuck._calling():
-            never.wait(30)
-
-    hung = threading.Thread(target=hang)
-    hung.start()
-    time.sleep(0.2)
+    hung = calling_until(stuck, never)
     try:
         stuck.shutdown()  # gives up: vLLM is left running, and the slot stays taken
         assert not stuck.llm.stopped and engine_base._in_process is stuck
