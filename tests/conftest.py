@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import faulthandler
 import getpass
+import json
 import os
 import shutil
 import socket
@@ -92,14 +93,52 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+#: seconds each test file took in a recorded whole run, which orders the files under pytest-xdist;
+#: ``REELRL_TEST_RECORD_DURATIONS=1 make test`` records them again (entries of files not run are kept)
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+_file_seconds: dict[str, float] = {}
+
+
+def _test_file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, files holding slow tests go first (in their order, then the rest): the two
-    sessions start on the long runs and the many short tests fill in at the end, instead of one session
-    finishing its last long file alone."""
+    """Under pytest-xdist, files holding slow tests go first, the longest first as last recorded (files
+    never recorded after them), then the rest: the two sessions start on the long runs and the many
+    short tests fill in at the end, instead of one session finishing a long file alone while the other
+    idles (longest-first keeps that tail to about the shortest slow file)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order is kept
+    slow_files = {_test_file(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    # stable: each file's order is kept
+    items.sort(key=lambda item: file_rank(_test_file(item.nodeid), slow_files, recorded))
+
+
+def file_rank(name: str, slow_files: set[str], recorded: dict[str, float]) -> tuple[bool, float]:
+    """Where a test file goes in an xdist run (ascending): slow files by recorded seconds, longest
+    first (unrecorded ones after them, as collected), then every other file in collection order."""
+    if name not in slow_files:
+        return True, 0.0
+    return False, -float(recorded.get(name, 0.0))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # the session that sees every report: the xdist controller, or a session without workers
+    if os.environ.get("REELRL_TEST_RECORD_DURATIONS") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        name = _test_file(report.nodeid)
+        _file_seconds[name] = _file_seconds.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _file_seconds:
+        return
+    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    recorded.update({name: round(seconds, 1) for name, seconds in _file_seconds.items()})
+    partial = DURATIONS_FILE.with_suffix(".json.partial")
+    partial.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
+    partial.replace(DURATIONS_FILE)  # whole or not at all
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -32,6 +32,7 @@ from services.rollout.weight_sync import (
     check_announced,
     check_reload_results,
     checkpoint_shapes,
+    raise_statuses,
     reload_call,
 )
 
@@ -167,6 +168,29 @@ class RolloutEngine(EngineBase):
             raise RuntimeError("no bucketed push is open: call begin_weight_buckets first")
         self._bucket_load.load(bucket)
         return len(bucket)
+
+    def receive_weight_bucket(self, index: int, slots: Sequence[tuple[str, tuple[int, ...], str]]) -> int:
+        """Receive bucket ``index`` of the open push over the weight group (see
+        :meth:`join_weight_group`) into every worker; returns how many tensors it held."""
+        if self._bucket_load is None:
+            raise RuntimeError("no bucketed push is open: call begin_weight_buckets first")
+        self._bucket_load.receive(index, slots)
+        return len(slots)
+
+    @property
+    def group_ranks(self) -> int:
+        """How many members this engine adds to a weight group: one per worker."""
+        return self.config.engine.tensor_parallel_size
+
+    def join_weight_group(
+        self, address: str, first_rank: int, world: int, timeout_s: float, backend: str
+    ) -> None:
+        """Every worker joins the weight-broadcast group at ``address`` (``services.rollout.weight_group``),
+        as ranks ``first_rank`` on; blocks until the whole group has joined."""
+        self._check_ready("join a weight group")
+        raise_statuses(
+            self._rpc("reelrl_join_weight_group", args=(address, first_rank, world, timeout_s, backend))
+        )
 
     def end_weight_buckets(self, *, failed: bool = False) -> int:
         """Finish the open push (raising if a tensor was not loaded); ``failed``: after an error, finish

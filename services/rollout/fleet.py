@@ -32,7 +32,7 @@ from typing import Any
 from services.rollout import routing
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
 from services.rollout.seeds import SeedKey
-from services.rollout.weight_sync import BucketRefs
+from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 
 log = logging.getLogger(__name__)
 RESTART_WAIT_S = 900.0  # at shutdown, for a replacement still starting (a cold vLLM start, loaded machine)
@@ -44,6 +44,24 @@ class FleetError(RuntimeError):
 
 class StaleWeights(RuntimeError):
     """An engine generated, or was about to generate, with weights older than the fleet's newest."""
+
+
+class _Broken(Exception):
+    """A weight group's collective failed for ``members`` (all of them: one broadcast reaches every
+    member); ``error``: the first failure, ``cause``: every failure, named; ``culprits``: the members
+    that failed on their own (``reasons`` by ``id``), not through the group."""
+
+    def __init__(
+        self,
+        members: list[_Member],
+        error: BaseException,
+        cause: str,
+        culprits: list[_Member] | None = None,
+        reasons: dict[int, str] | None = None,
+    ) -> None:
+        super().__init__(cause)
+        self.members, self.error, self.cause = members, error, cause
+        self.culprits, self.reasons = culprits or [], reasons or {}
 
 
 @dataclass
@@ -94,6 +112,8 @@ class Fleet:
         self._lock = threading.Lock()
         self._closed = False
         self.last_engines: list[int] = []
+        #: the weight-broadcast group as last formed: (sender, its token, the member engines); None: none
+        self._group: tuple[str, Any, tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------------ the engine interface ----------
 
@@ -180,6 +200,8 @@ class Fleet:
         version = self.weight_version + 1
         if isinstance(weights, BucketRefs):
             pushed = self._push_shared_pass(live, weights)
+        elif isinstance(weights, BucketBroadcast):
+            pushed = self._push_broadcast(live, weights)
         else:
             pushed = self._each(live, lambda m: m.engine.push_weights(weights))
         for member in pushed:
@@ -221,6 +243,149 @@ class Fleet:
             if close is not None:  # a pass left early: the ranks close theirs
                 close()
         return self._each(members, lambda m: m.engine.end_weight_buckets(), fail=fail)
+
+    def _push_pass(
+        self, members: list[_Member], weights: Any, fail: Callable[[_Member, str], None] | None = None
+    ) -> list[_Member]:
+        if isinstance(weights, BucketBroadcast):
+            return self._push_broadcast(members, weights, fail)
+        return self._push_shared_pass(members, weights, fail)
+
+    def _push_broadcast(
+        self,
+        members: list[_Member],
+        weights: BucketBroadcast,
+        fail: Callable[[_Member, str], None] | None = None,
+    ) -> list[_Member]:
+        """A push over the weight-broadcast group (``services.rollout.weight_group``): every engine opens
+        the push (names and shapes checked; a refusal leaves them all as they were), the group is formed
+        if its members changed, then each bucket is broadcast by rank 0 to every engine's workers. One
+        broadcast reaches all of them, so one member's failure breaks it for every member: the engines
+        that failed on their own, and those that no longer answer, leave (counted, replaced); the
+        others finish their reloads and, if an engine was lost, take the push once more over a new
+        group (a second break leaves none). A break with no engine lost (the ranks failed, or the group
+        timed out) fails every engine in it (weights undefined) and is raised."""
+        fail = fail or self._fail
+        for attempt in range(2):
+            try:
+                return self._broadcast_pass(members, weights, fail)
+            except _Broken as broken:
+                self._group = None
+                for member in broken.culprits:
+                    fail(member, f"weight push: {broken.reasons[id(member)]}")
+                rest = [m for m in broken.members if m not in broken.culprits]
+                ended = self._each(
+                    rest, lambda m: m.engine.end_weight_buckets(failed=True), fail=fail, refusals=()
+                )
+                for member in ended:
+                    member.label += 1  # an ended reload moves the engine's own count on, as a push does
+                lost = len(broken.members) - len(ended)
+                if lost and not attempt and ended:
+                    log.warning(
+                        "weight group broke (%s) with %d engine(s) lost: pushing again to the other %d",
+                        broken.cause, lost, len(ended),
+                    )  # fmt: skip
+                    members = ended
+                    continue
+                for member in ended:
+                    fail(member, f"weight push over the group broke ({broken.cause}): weights undefined")
+                if lost:
+                    return []
+                raise broken.error from None
+        return []
+
+    def _broadcast_pass(
+        self, members: list[_Member], weights: BucketBroadcast, fail: Callable[[_Member, str], None]
+    ) -> list[_Member]:
+        members = self._each(members, lambda m: m.engine.begin_weight_buckets(weights.announced), fail=fail)
+        if not members:
+            return []
+        try:
+            self._join_group(members, weights)
+            weights.open()
+            try:
+                for index, slots in enumerate(weights.buckets):
+                    wait = weights.send(index)
+                    self._collective(
+                        members, lambda m, i=index, s=slots: m.engine.receive_weight_bucket(i, s), wait,
+                        f"weight bucket {index}",
+                    )  # fmt: skip
+            finally:
+                weights.close()
+        except _Broken:
+            raise
+        except BaseException as exc:  # the ranks could not form the group, or open or close their pass
+            raise _Broken(members, exc, f"{type(exc).__name__}: {exc}") from exc
+        return self._each(members, lambda m: m.engine.end_weight_buckets(), fail=fail)
+
+    def _join_group(self, members: list[_Member], weights: BucketBroadcast) -> None:
+        """Form the group of rank 0 and every worker of ``members`` (in order, from rank 1), unless rank 0
+        still holds the group last formed and its members are exactly these engines."""
+        engines = tuple(m.engine for m in members)
+        if self._holds_group(weights, engines):
+            return
+        self._group = None
+        firsts, world = [], 1
+        for member in members:
+            firsts.append(world)
+            world += int(getattr(member.engine, "group_ranks", 1))
+        address = weights.address()
+        wait = weights.connect(address, world)
+        first = dict(zip(map(id, members), firsts, strict=True))
+        token = self._collective(
+            members,
+            lambda m: m.engine.join_weight_group(
+                address, first[id(m)], world, weights.timeout_s, weights.backend
+            ),
+            wait,
+            "joining the weight group",
+        )
+        self._group = (weights.sender, token, engines)
+        log.info("weight group formed: rank 0 and %d engine workers at %s", world - 1, address)
+
+    def _holds_group(self, weights: BucketBroadcast, engines: tuple[Any, ...]) -> bool:
+        held = self._group
+        if held is None or held[0] != weights.sender or len(held[2]) != len(engines):
+            return False
+        same = all(a is b for a, b in zip(held[2], engines, strict=True))
+        return same and weights.group() == held[1]
+
+    def _collective(
+        self, members: list[_Member], call: Callable[[_Member], Any], wait: Callable[[], Any], what: str
+    ) -> Any:
+        """``call`` on every member at once while the ranks' side runs; returns what ``wait`` (the
+        ranks' side) returns. Any failure breaks the group (:class:`_Broken`), since each member's part
+        needs all the others'; a member that failed on its own (not through the group: an error loading
+        the bucket, a receive past the fleet's limit) is named a culprit."""
+        from services.rollout.weight_group import WeightGroupError
+
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        calls = {self._pool.submit(call, m): m for m in members}
+        reasons: dict[int, str] = {}
+        culprits: list[_Member] = []
+        first: BaseException | None = None
+        for future, member in calls.items():
+            try:
+                future.result(timeout=_left(deadline))
+            except FutureTimeout as exc:
+                reasons[id(member)] = _timeout_reason(future, exc, "took more than", self.timeout_s)
+                culprits.append(member)
+                first = first or exc
+            except Exception as exc:
+                reasons[id(member)] = f"{type(exc).__name__}: {exc}"
+                if not isinstance(exc, WeightGroupError):
+                    culprits.append(member)
+                first = first or exc
+        try:
+            result = wait()
+        except Exception as exc:
+            reasons[0] = f"the actor ranks: {type(exc).__name__}: {exc}"
+            first = exc
+        if first is not None:
+            named = [f"engine {m.index}: {reasons[id(m)]}" for m in members if id(m) in reasons]
+            cause = f"{what}: " + "; ".join(([reasons[0]] if 0 in reasons else []) + named)
+            raise _Broken(members, first, cause, culprits, reasons)
+        return result
 
     def _each(
         self,
@@ -370,7 +535,7 @@ class Fleet:
                 label = int(engine.weight_version)
                 if self.weight_version:
                     current = self._current_weights() if self._current_weights is not None else self._weights
-                    if isinstance(current, BucketRefs):
+                    if isinstance(current, BucketRefs | BucketBroadcast):
                         # on this thread: the pass drives the actor ranks, and must be over (or closed)
                         # before anything else asks them for a collective
                         candidate = _Member(member.index, engine, label=label)
@@ -379,7 +544,7 @@ class Fleet:
                         def note(_: _Member, why: str, lost: list[str] = lost) -> None:
                             lost.append(why)
 
-                        if not self._push_shared_pass([candidate], current, note):
+                        if not self._push_pass([candidate], current, note):
                             raise RuntimeError(lost[-1] if lost else "the push did not finish")
                     else:
                         # under the same limit as every push: a replacement that hangs must not hang the call

@@ -187,7 +187,41 @@ class BucketRefs:
     nbytes: int = 0
 
 
-Weights = Mapping[str, torch.Tensor] | bytes | str | Path | WeightBuckets | BucketRefs
+@dataclass(frozen=True)
+class BucketBroadcast:
+    """A bucketed push for engines in other Ray actors over a weight-broadcast group
+    (``services.rollout.weight_group``): rank 0 of the actor and every worker of every engine, one
+    broadcast per bucket. Unlike ``BucketRefs`` it can be pushed again (each push is a new pass of the
+    ranks over their current parameters), so a fleet re-sends it to a replacement or after a broken
+    group. ``buckets``: each bucket's slots (name, shape, dtype name), the announced tensors in order.
+    The callables drive the sending side (the actor ranks): ``address()`` a free "host:port" on rank 0's
+    node; ``connect(address, world)`` starts rank 0's join and returns a wait; ``open()`` starts a pass,
+    ``send(k)`` starts bucket k on every rank (rank 0 broadcasts it) and returns a wait that raises a
+    rank's error; ``close()`` ends the pass. ``sender`` names rank 0's process; the wait of
+    ``connect`` returns the new group's token and ``group()`` the token of the group rank 0 holds now
+    (None: none, or it broke): a fleet forms the group again when either changed."""
+
+    announced: tuple[tuple[str, tuple[int, ...]], ...]
+    buckets: tuple[tuple[tuple[str, tuple[int, ...], str], ...], ...]
+    sender: str
+    backend: str
+    timeout_s: float
+    address: Callable[[], str]
+    connect: Callable[[str, int], Callable[[], str]]
+    group: Callable[[], str | None]
+    open: Callable[[], Any]
+    send: Callable[[int], Callable[[], Any]]
+    close: Callable[[], Any]
+    nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        # checked before any group forms: a receiver refusing a bucket mid-push would break the group
+        carried = [(name, tuple(shape)) for bucket in self.buckets for name, shape, _ in bucket]
+        if carried != [(name, tuple(shape)) for name, shape in self.announced]:
+            raise ValueError("the weight buckets do not carry the announced tensors, in order")
+
+
+Weights = Mapping[str, torch.Tensor] | bytes | str | Path | WeightBuckets | BucketRefs | BucketBroadcast
 
 
 _SHAPES: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
@@ -265,6 +299,25 @@ class BucketLoad:
         self.offset += len(bucket)
         self.count += 1
 
+    def receive(self, index: int, slots: Sequence[tuple[str, tuple[int, ...], str]]) -> None:
+        """The next bucket arrives over the weight group (bucket ``index`` of the push, ``slots`` its
+        tensors): each worker receives and loads it (``reelrl_receive_bucket``)."""
+        if not self._open:
+            raise RuntimeError("a weight bucket arrived outside a bucketed push (begin it first)")
+        planned = self.announced[self.offset : self.offset + len(slots)]
+        if [(n, tuple(s)) for n, s, _ in slots] != [(n, tuple(s)) for n, s in planned]:
+            raise ValueError(
+                f"weight bucket {index} ({len(slots)} tensors) is not the next announced tensors; the "
+                "engine's weights are now a mix: push again"
+            )
+        for rank, loaded in enumerate(
+            raise_statuses(self.rpc("reelrl_receive_bucket", args=(index, list(slots))))
+        ):
+            if loaded != len(slots):
+                raise RuntimeError(f"worker {rank} loaded {loaded} of the {len(slots)} tensors of a bucket")
+        self.offset += len(slots)
+        self.count += 1
+
     def abort(self) -> None:
         """Finish the reload after a failure (the engine stays usable; its weights are undefined)."""
         if self._open:
@@ -289,6 +342,42 @@ class BucketLoad:
                     f"(e.g. {names_missing[:3]}); push again"
                 )
         return self.count
+
+
+def outcome(call: Callable[[], Any], member: Any = None) -> dict[str, Any]:
+    """A worker's answer to a weight-group RPC as a value, never raised: vLLM's multi-process executor
+    stops reading replies at the first worker that raised, and the next RPC would read the others'
+    (tensor parallel > 1). A failure other than the sender's own (which leaves the group in step)
+    makes this worker leave ``member``'s group, so the others fail at once instead of at the timeout."""
+    from services.rollout.weight_group import SenderFailed, WeightGroupError
+
+    try:
+        return {"ok": call()}
+    except Exception as exc:
+        if member is not None and not isinstance(exc, SenderFailed):
+            member.close()
+        kind = (
+            "sender"
+            if isinstance(exc, SenderFailed)
+            else "group"
+            if isinstance(exc, WeightGroupError)
+            else "own"
+        )
+        return {"error": kind, "message": f"{type(exc).__name__}: {exc}"}
+
+
+def raise_statuses(results: Sequence[dict[str, Any]]) -> list[Any]:
+    """The workers' values from :func:`outcome` answers, or the failure: a worker's own error first
+    (a ``RuntimeError``: this engine failed), else the group's (``WeightGroupError``, or
+    ``SenderFailed`` when rank 0 could not make the bucket)."""
+    from services.rollout.weight_group import SenderFailed, WeightGroupError
+
+    errors = [(rank, r) for rank, r in enumerate(results) if "error" in r]
+    for kind, error in (("own", RuntimeError), ("group", WeightGroupError), ("sender", SenderFailed)):
+        for rank, result in errors:
+            if result["error"] == kind:
+                raise error(f"engine worker {rank}: {result['message']}")
+    return [r["ok"] for r in results]
 
 
 class WeightSyncExtension:
@@ -364,6 +453,53 @@ class WeightSyncExtension:
             loaded = model.load_weights(iter(weights.items()))
         self._reelrl_loaded |= set(loaded or ())
         return len(weights)
+
+    # -- the weight-broadcast group (services.rollout.weight_group): this worker is one member ------------
+
+    def reelrl_join_weight_group(self, address: str, first_rank: int, world: int, timeout_s: float,
+                                 backend: str) -> dict[str, Any]:  # fmt: skip
+        """Join the group at ``address`` as rank ``first_rank`` + this worker's rank in its engine (a
+        group joined before is left first); blocks until every member has joined. Returns the rank."""
+        from services.rollout import weight_group
+
+        def join() -> int:
+            device = self._reelrl_device()
+            if weight_group.backend_for(device) != backend:
+                raise RuntimeError(f"a {backend} weight group cannot reach this worker's {device}")
+            self.reelrl_leave_weight_group()
+            rank = first_rank + int(getattr(self, "rank", 0))
+            self._reelrl_group = weight_group.join(address, rank, world, timeout_s, backend)
+            return rank
+
+        return outcome(join)
+
+    def reelrl_receive_bucket(
+        self, index: int, slots: list[tuple[str, tuple[int, ...], str]]
+    ) -> dict[str, Any]:
+        """Receive bucket ``index`` over the group and load it into the open reload; answers (see
+        :func:`outcome`) how many tensors it held."""
+        from services.rollout import weight_group
+
+        member = getattr(self, "_reelrl_group", None)
+
+        def receive() -> int:
+            if member is None:
+                raise weight_group.WeightGroupError("this worker has joined no weight group")
+            planned = [(name, tuple(shape), dtype) for name, shape, dtype in slots]
+            return self.reelrl_load_tensors(
+                weight_group.receive(member, index, planned, self._reelrl_device())
+            )
+
+        return outcome(receive, member)
+
+    def reelrl_leave_weight_group(self) -> None:
+        member, self._reelrl_group = getattr(self, "_reelrl_group", None), None
+        if member is not None:
+            member.close()
+
+    def _reelrl_device(self) -> Any:
+        device = getattr(self, "device", None)
+        return device if device is not None else torch.device("cpu")
 
     def reelrl_end_buckets(self) -> list[str]:
         """Finish the reload (layers still waiting for tensors are processed with what they have) and drop

@@ -89,6 +89,7 @@ class RolloutWorker:
             "weight_version": self.engine.weight_version,
             "cpu_cores": self.engine.cpu_cores,
             "threads": torch.get_num_threads(),
+            "group_ranks": self.engine.group_ranks,
         }
 
     def affinity(self) -> dict[str, list[int]]:
@@ -118,6 +119,15 @@ class RolloutWorker:
 
     def end_weight_buckets(self, failed: bool = False) -> int:
         return self.engine.end_weight_buckets(failed=failed)
+
+    # the same push over a weight-broadcast group: the engine's workers receive each bucket from rank 0
+    def join_weight_group(
+        self, address: str, first_rank: int, world: int, timeout_s: float, backend: str
+    ) -> None:
+        self.engine.join_weight_group(address, first_rank, world, timeout_s, backend)
+
+    def receive_weight_bucket(self, index: int, slots: list[tuple[str, tuple[int, ...], str]]) -> int:
+        return self.engine.receive_weight_bucket(index, [(n, tuple(s), d) for n, s, d in slots])
 
     def sleep(self, level: int = 1) -> bool:
         return self.engine.sleep(level)

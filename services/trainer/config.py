@@ -145,6 +145,30 @@ class TrainRolloutConfig(RolloutConfig):
         description="weight pushes in buckets of this many MiB, never a full state dict in one process "
         "(null: one full state dict, as before; docs/rollout.md, 'Weight sync')",
     )
+    weight_transport: Literal["broadcast", "object_store"] | None = Field(
+        None,
+        description="how buckets reach disaggregated engines: broadcast (a weight group from the actor's "
+        "rank 0 to every engine worker: gloo on the CPU, NCCL between GPUs) or object_store (Ray object "
+        "references each engine pulls; ~9x slower on the CPU, docs/benchmarks.md). null: broadcast where "
+        "the ranks run on the CPU, object_store on GPUs until the NCCL group has run on one (docs/rollout.md)",
+    )
+    weight_group_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="how long a member of the weight group waits for the others before the push fails; "
+        "below rollout.engine_timeout_s",
+    )
+
+    @model_validator(mode="after")
+    def _group_timeout(self) -> TrainRolloutConfig:
+        # an engine still waiting on the group past the fleet's limit would count as lost with the rest
+        if self.engine_timeout_s is not None and self.weight_group_timeout_s >= self.engine_timeout_s:
+            raise ValueError(
+                f"rollout.weight_group_timeout_s ({self.weight_group_timeout_s:g}) must be below "
+                f"rollout.engine_timeout_s ({self.engine_timeout_s:g}): an engine waiting on the weight group "
+                "would count as failed"
+            )
+        return self
 
 
 class MixConfig(_Section):
@@ -273,7 +297,14 @@ class TrainConfig(_Section):
     def effective_rollout(self) -> RolloutConfig:
         """The engine's config: data's image budgets (when set) wired into the rollout."""
         values = self.rollout.model_dump(
-            exclude={"greedy_baseline", "val_temperature", "val_max_tokens", "weight_bucket_mb"}
+            exclude={
+                "greedy_baseline",
+                "val_temperature",
+                "val_max_tokens",
+                "weight_bucket_mb",
+                "weight_transport",
+                "weight_group_timeout_s",
+            }
         )
         if self.data.image_min_pixels is not None:
             values["image_min_pixels"] = self.data.image_min_pixels

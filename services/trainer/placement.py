@@ -155,6 +155,23 @@ def with_in_process(rollout: RolloutConfig, layout: Layout, cpu: bool) -> Rollou
     return rollout.model_copy(update={"engine": engine})
 
 
+def bucket_push(group: Any, rollout: Any, bucket_mb: float) -> Any:
+    """Rank 0's weights in buckets for engines in other Ray actors, as ``rollout.weight_transport``
+    says (:func:`weight_transport`): over a weight-broadcast group (``BucketBroadcast``) or as object
+    references (``BucketRefs``)."""
+    if weight_transport(rollout.weight_transport, str(group.info[0]["device"])) == "broadcast":
+        return group.bucket_broadcast(bucket_mb, rollout.weight_group_timeout_s)
+    return group.bucket_refs(bucket_mb)
+
+
+def weight_transport(asked: str | None, rank0_device: str) -> str:
+    """``rollout.weight_transport`` decided: as asked, else a gloo broadcast group where rank 0 is on
+    the CPU, and object references on GPUs (the NCCL group has not run on a GPU yet: docs/rollout.md)."""
+    if asked is not None:
+        return asked
+    return "object_store" if rank0_device.startswith("cuda") else "broadcast"
+
+
 def start_disaggregated(
     config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
 ) -> Fleet:
@@ -180,7 +197,7 @@ def start_disaggregated(
     if bucket_mb is not None and hasattr(group, "bucket_refs"):
 
         def current() -> Any:
-            return group.bucket_refs(bucket_mb)
+            return bucket_push(group, config.rollout, bucket_mb)
 
     return _fleet(config, start, layout.engines, current)
 

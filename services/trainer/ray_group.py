@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import torch
 from services.rollout.config import RolloutConfig
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
-from services.rollout.weight_sync import BucketRefs
+from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 from services.trainer.config import TrainConfig
 from services.trainer.sequences import as_dicts, shard
 from services.trainer.update import SequenceTargets, combine_rank_metrics
@@ -57,6 +58,8 @@ class ActorWorker:
         self.rank, self.world_size = rank, world_size
         self.group: Any = None
         self._buckets: Iterator[dict[str, torch.Tensor]] | None = None  # an open weight bucket pass
+        self._weight_group: Any = None  # rank 0: its member of the weight-broadcast group
+        self._weight_group_token: str | None = None
 
     def node(self) -> str:
         import ray
@@ -148,23 +151,32 @@ class ActorWorker:
     # -- a bucketed push to engines in other actors: every rank walks the buckets together (each tensor
     # is gathered by a collective); rank 0's bucket is the one sent -------------------------------------
 
-    def buckets_plan(self, bucket_mb: float) -> dict[str, Any]:
+    def buckets_plan(self, bucket_mb: float, slots: bool = False) -> dict[str, Any]:
         """What a pass in buckets of ``bucket_mb`` MiB carries: every (name, shape), how many buckets, how
-        many bytes (the same on every rank; nothing is opened)."""
-        from services.trainer.weight_buckets import manifest, plan
+        many bytes, and with ``slots`` each bucket's tensors as a weight group sends them (the same on
+        every rank; nothing is opened)."""
+        from services.trainer.weight_buckets import bucket_slots, manifest, plan
 
         entries = manifest(self.group.actor.model.state_dict(), self.group.push_dtype)
         return {
             "announced": [(e.name, e.shape) for e in entries],
             "buckets": len(plan(entries, bucket_mb)),
             "nbytes": sum(e.nbytes for e in entries),
+            **({"slots": bucket_slots(entries, bucket_mb)} if slots else {}),
         }
 
-    def buckets_open(self, bucket_mb: float) -> None:
-        """Start a pass over the weights in buckets of ``bucket_mb`` MiB (one open pass per rank)."""
-        from services.trainer.weight_buckets import buckets
+    def buckets_open(self, bucket_mb: float, broadcast: bool = False) -> None:
+        """Start a pass over the weights in buckets of ``bucket_mb`` MiB (one open pass per rank): dicts of
+        tensors in host memory, or for a ``broadcast`` each bucket's bytes in one buffer (on the rank's
+        GPU for an NCCL weight group; only rank 0 keeps them)."""
+        from services.trainer.weight_buckets import buckets, packed_buckets
 
-        self._buckets = buckets(self.group.actor.model, self.group.push_dtype, bucket_mb)
+        model, dtype = self.group.actor.model, self.group.push_dtype
+        if broadcast:
+            device = self.group.actor.device if self._weight_group_backend() == "nccl" else "cpu"
+            self._buckets = packed_buckets(model, dtype, bucket_mb, device, keep=self.rank == 0)
+        else:
+            self._buckets = buckets(model, dtype, bucket_mb)
 
     def buckets_next(self) -> list[Any]:
         """The pass's next bucket, on the CPU: on rank 0, ``[reference]`` to it in the object store (a
@@ -179,6 +191,53 @@ class ActorWorker:
 
     def buckets_close(self) -> None:
         self._buckets = None
+
+    # -- the same pass over a weight-broadcast group (services.rollout.weight_group): rank 0 broadcasts
+    # each bucket to every engine worker; one group at a time, formed again when the engines change ----
+
+    def _weight_group_backend(self) -> str:
+        from services.rollout.weight_group import backend_for
+
+        return backend_for(self.group.actor.device)
+
+    def weight_group_open(self, address: str, world: int, timeout_s: float) -> str:
+        """Rank 0: serve and join a new group of ``world`` members at ``address`` (the previous one is
+        left); blocks until every engine worker has joined. Returns the group's token, which each
+        bucket names (a push over a group formed since is refused)."""
+        from services.rollout import weight_group
+
+        if self.rank != 0:
+            raise RuntimeError("only rank 0 sends weights to the engines")
+        if self._weight_group is not None:
+            self._weight_group.close()
+        self._weight_group = None
+        member = weight_group.join(address, 0, world, timeout_s, self._weight_group_backend())
+        self._weight_group, self._weight_group_token = member, uuid.uuid4().hex
+        return self._weight_group_token
+
+    def weight_group_token(self) -> str | None:
+        """The token of the group rank 0 holds now (None: none, or it broke)."""
+        member = self._weight_group
+        return self._weight_group_token if member is not None and member.open else None
+
+    def buckets_broadcast(self, index: int, size: int, token: str) -> int:
+        """Every rank makes the pass's next bucket (the gathers are collectives); rank 0 broadcasts it as
+        bucket ``index`` of ``size`` bytes over the group named ``token`` and returns the bytes sent;
+        the others return 0. A rank 0 that fails to make it tells the engines at once
+        (``weight_group.ABORT``); a broken group is left, so the engines fail at once too."""
+        from services.rollout import weight_group
+
+        if self._buckets is None:
+            raise RuntimeError("no weight bucket pass is open on this rank")
+        if self.rank != 0:
+            next(self._buckets)
+            return 0
+        member = self._weight_group
+        if member is None or self.weight_group_token() != token:
+            raise weight_group.WeightGroupError("rank 0 no longer holds the weight group this push was for")
+        buckets = self._buckets
+        device = self.group.actor.device if member.backend == "nccl" else "cpu"
+        return weight_group.send(member, index, lambda: next(buckets), size, device)
 
     def warm_start(self, samples: list[dict[str, Any]], kwargs: dict[str, Any]) -> None:
         self.group.warm_start([RolloutSample.model_validate(s) for s in samples], **kwargs)
@@ -426,6 +485,58 @@ class RayActorGroup:
 
         announced = tuple((name, tuple(shape)) for name, shape in plan["announced"])
         return BucketRefs(announced=announced, refs=refs(), nbytes=int(plan["nbytes"]))
+
+    def bucket_broadcast(self, bucket_mb: float, timeout_s: float) -> BucketBroadcast:
+        """The weights as a bucketed push over a weight-broadcast group from rank 0 to every engine
+        worker (``BucketBroadcast``; gloo on the CPU, NCCL between GPUs): each bucket is made by every
+        rank at once and broadcast by rank 0, so no process holds a full copy and nothing passes through
+        the object store or the driver. ``timeout_s``: how long a member of the group waits for the
+        others. Each push of it is a new pass over the ranks' current parameters."""
+        import ray
+
+        from services.rollout.weight_group import layout
+
+        plan = self._call("buckets_plan", bucket_mb, True)[0]
+        slots = tuple(tuple((n, tuple(shape), d) for n, shape, d in bucket) for bucket in plan["slots"])
+        sizes = [layout(bucket)[1] for bucket in slots]
+        rank0 = self.workers[0]
+        token: dict[str, str | None] = {"current": None}
+
+        def address() -> str:
+            host, port = ray.get(rank0.address.remote())
+            return f"{host}:{port}"
+
+        def connect(address: str, world: int) -> Any:
+            ref = rank0.weight_group_open.remote(address, world, timeout_s)
+
+            def wait() -> str:
+                token["current"] = self._gather([ref], "the weight group")[0]
+                return token["current"]
+
+            return wait
+
+        def group() -> str | None:
+            token["current"] = ray.get(rank0.weight_group_token.remote())
+            return token["current"]
+
+        def send(index: int) -> Any:
+            refs = [w.buckets_broadcast.remote(index, sizes[index], token["current"]) for w in self.workers]
+            return lambda: self._gather(refs, f"weight bucket {index}")
+
+        return BucketBroadcast(
+            announced=tuple((name, tuple(shape)) for name, shape in plan["announced"]),
+            buckets=slots,
+            sender=rank0._actor_id.hex(),
+            backend="nccl" if str(self.info[0]["device"]).startswith("cuda") else "gloo",
+            timeout_s=timeout_s,
+            address=address,
+            connect=connect,
+            group=group,
+            open=lambda: self._call("buckets_open", bucket_mb, True),
+            send=send,
+            close=lambda: self._call("buckets_close"),
+            nbytes=int(plan["nbytes"]),
+        )
 
     def warm_start(
         self, samples: Sequence[RolloutSample], *, steps: int, lr: float, batch_size: int, seed: int

@@ -155,6 +155,25 @@ class RayRolloutEngine:
 
         return int(ray.get(self.worker.end_weight_buckets.remote(failed)))
 
+    @property
+    def group_ranks(self) -> int:
+        """Members this engine adds to a weight-broadcast group: one per worker."""
+        return self.info.get("group_ranks", 1)
+
+    def join_weight_group(
+        self, address: str, first_rank: int, world: int, timeout_s: float, backend: str
+    ) -> None:
+        """The engine's workers join the weight-broadcast group (blocks until every member has)."""
+        import ray
+
+        ray.get(self.worker.join_weight_group.remote(address, first_rank, world, timeout_s, backend))
+
+    def receive_weight_bucket(self, index: int, slots: Sequence[tuple[str, tuple[int, ...], str]]) -> int:
+        """Bucket ``index`` of the open push, broadcast by rank 0 to the engine's workers."""
+        import ray
+
+        return int(ray.get(self.worker.receive_weight_bucket.remote(index, list(slots))))
+
     # ---- end of the weight push ----------------------------------------------------------------------
 
     def shutdown(self) -> None:

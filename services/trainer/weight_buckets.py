@@ -145,13 +145,55 @@ def group_stream(
 
 
 def buckets(
-    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float
+    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float, device: torch.device | str = "cpu"
 ) -> Iterator[dict[str, torch.Tensor]]:
     """The model's tensors, bucket by bucket, under checkpoint names, gathered one tensor at a time.
     Every rank yields the same buckets (colocated engines each load their own; a disaggregated push
     sends rank 0's); a caller that stops early must stop on every rank."""
     state = model.state_dict()
-    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb)
+    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb, device)
+
+
+def packed_buckets(
+    model: torch.nn.Module,
+    dtype: torch.dtype | None,
+    bucket_mb: float,
+    device: torch.device | str,
+    *,
+    keep: bool,
+) -> Iterator[torch.Tensor | None]:
+    """The buckets of :func:`buckets` as the bytes a weight-broadcast group sends
+    (``services.rollout.weight_group.layout``), each tensor gathered straight into its place in one
+    buffer, so the extra memory is that buffer and one tensor. Every rank walks them together (the
+    gathers are collectives); a rank that does not send (``keep`` False) yields None per bucket."""
+    from services.rollout.weight_group import empty_bucket, place
+
+    state = model.state_dict()
+    stream = iter(state.items())
+    for group in plan(manifest(state, dtype), bucket_mb):
+        flat, offsets = empty_bucket(slots_for(group), device) if keep else (None, [0] * len(group))
+        for entry, offset in zip(group, offsets, strict=True):
+            name, tensor = next(stream)
+            if name != entry.name:
+                raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
+            with torch.no_grad():
+                value = full(tensor)
+                if flat is not None:
+                    place(flat, offset, value.detach().to(device=device, dtype=entry.dtype))
+            del value
+        yield flat
+
+
+def slots_for(group: Sequence[Entry]) -> list[tuple[str, tuple[int, ...], str]]:
+    from services.rollout.weight_group import dtype_name
+
+    return [(e.name, e.shape, dtype_name(e.dtype)) for e in group]
+
+
+def bucket_slots(entries: Sequence[Entry], bucket_mb: float) -> list[list[tuple[str, tuple[int, ...], str]]]:
+    """Each bucket of :func:`plan` as the slots a weight-broadcast group sends
+    (``services.rollout.weight_group``: name, full shape, dtype name)."""
+    return [slots_for(group) for group in plan(entries, bucket_mb)]
 
 
 def weight_buckets(model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> WeightBuckets:

@@ -3,16 +3,18 @@ faults and shutdown; tests/rollout/test_fleet_ray.py runs real engines on Ray)."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from services.rollout.fleet import Fleet, FleetError, StaleWeights
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
 from services.rollout.seeds import SeedKey, group_seeds
-from services.rollout.weight_sync import BucketRefs
+from services.rollout.weight_group import WeightGroupError
+from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 
 
 class Recording:
@@ -75,7 +77,29 @@ class Recording:
         self.buckets.append(ref)
         return 1
 
+    # the same push over a weight-broadcast group (Broadcaster below plays rank 0 and the group)
+    group: Broadcaster | None = None
+
+    def join_weight_group(self, address, first_rank, world, timeout_s, backend) -> None:
+        self.events.append(f"join {first_rank}/{world}")
+        self.group = Broadcaster.at[address]
+
+    def receive_weight_bucket(self, index, slots) -> int:
+        assert self.group is not None
+        if self.fail == "die-receive" and self.group.breaks(index):
+            self.fail = "dead"
+            raise RuntimeError(f"{self.name}'s actor died")
+        if self.fail == "own-error" and self.group.breaks(index):
+            raise RuntimeError(f"{self.name} could not load the bucket")  # it answers on
+        if self.group.breaks(index):
+            raise WeightGroupError("weight group (rank 1 of 3): Connection closed by peer")
+        self.events.append(f"recv {self.group.name}-{index}")
+        self.buckets.append(f"{self.group.name}-{index}")
+        return len(slots)
+
     def end_weight_buckets(self, *, failed: bool = False) -> int:
+        if self.fail == "dead":
+            raise RuntimeError(f"{self.name}'s actor died")
         self.events.append("end failed" if failed else "end")
         self.weight_version += 1  # as the engine: its weights moved on, whole or not
         if not failed:
@@ -388,3 +412,174 @@ def test_a_restarting_fleet_without_current_weights_refuses_a_pass_by_reference(
         pytest.raises(ValueError, match="one pass"),
     ):
         f.push_weights(Ranks().bucket_refs())
+
+
+class Broadcaster:
+    """Rank 0's side of a push over a weight group, and the group: ``break_at``, a bucket whose
+    broadcast breaks in the first group formed (every member fails it);
+    ``rank_fails_at``: a bucket rank 0 cannot make."""
+
+    at: ClassVar[dict[str, Broadcaster]] = {}
+
+    def __init__(
+        self, buckets: int = 2, break_at: int | None = None, rank_fails_at: int | None = None
+    ) -> None:
+        self.count, self.break_at, self.rank_fails_at = buckets, break_at, rank_fails_at
+        self.log: list[str] = []
+        self.groups = 0
+        self.name = "g0"
+
+    @property
+    def held(self) -> str | None:
+        """The group rank 0 holds: the last one formed, until ``drop``."""
+        return None if self.dropped else self.name
+
+    dropped = False
+
+    def breaks(self, index: int) -> bool:
+        return index == self.break_at and self.groups == 1
+
+    def push(self) -> BucketBroadcast:
+        def address() -> str:
+            self.groups += 1
+            self.name = f"g{self.groups}"
+            Broadcaster.at[self.name] = self
+            return self.name
+
+        def connect(address: str, world: int):
+            self.log.append(f"group {address} of {world}")
+            return lambda: address  # the token: the group's name
+
+        def send(index: int):
+            def wait() -> None:
+                if index == self.rank_fails_at:
+                    raise RuntimeError("actor rank 1 of 2 failed in weight bucket")
+                if self.breaks(index):
+                    raise WeightGroupError("weight group (rank 0 of 3): Connection closed by peer")
+
+            return wait
+
+        return BucketBroadcast(
+            announced=tuple((f"w{i}", (1,)) for i in range(self.count)),
+            buckets=tuple(((f"w{i}", (1,), "float32"),) for i in range(self.count)),
+            sender="rank0", backend="gloo", timeout_s=5.0, address=address, connect=connect,
+            group=lambda: self.held,
+            open=lambda: self.log.append("open"), send=send, close=lambda: self.log.append("close"),
+        )  # fmt: skip
+
+
+def test_a_broadcast_push_reaches_every_engine_over_one_group_formed_once() -> None:
+    ranks = Broadcaster(buckets=2)
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b) as f:
+        f.push_weights(ranks.push())
+        f.push_weights(ranks.push())
+        assert f.weight_version == 2
+    assert a.events == [
+        "begin",
+        "join 1/3",
+        "recv g1-0",
+        "recv g1-1",
+        "end",
+        "begin",
+        "recv g1-0",
+        "recv g1-1",
+        "end",
+    ]
+    assert b.events[1] == "join 2/3"
+    assert ranks.log == ["group g1 of 3", "open", "close", "open", "close"]
+
+
+def test_an_engine_lost_mid_broadcast_leaves_and_the_others_get_the_push_over_a_new_group() -> None:
+    ranks = Broadcaster(buckets=3, break_at=1)
+    a, b, c = Recording("a"), Recording("b", fail="die-receive"), Recording("c")
+    with fleet(a, b, c, restart=lambda i: None) as f:
+        push = ranks.push()
+        f.push_weights(push)
+        assert f.weight_version == 1 and [m.alive for m in f.members] == [True, False, True]
+        assert f.pop_metrics()["rollout/engine_failures"] == 1
+    # a and c: the broken attempt ended as failed, then the whole push again over a group of three
+    assert a.events == ["begin", "join 1/4", "recv g1-0", "end failed", "begin", "join 1/3", "recv g2-0",
+                        "recv g2-1", "recv g2-2", "end"]  # fmt: skip
+    assert c.events[-5] == "join 2/3" and c.weight_version == 2
+    assert ranks.log == ["group g1 of 4", "open", "close", "group g2 of 3", "open", "close"]
+
+
+def test_a_broadcast_the_ranks_break_with_every_engine_alive_fails_them_and_is_raised() -> None:
+    ranks = Broadcaster(buckets=2, rank_fails_at=1)
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=lambda i: None) as f:
+        with pytest.raises(RuntimeError, match="actor rank 1 of 2 failed"):
+            f.push_weights(ranks.push())
+        assert not any(m.alive for m in f.members) and f.weight_version == 0
+        assert a.events[-1] == b.events[-1] == "end failed"
+    assert ranks.log == ["group g1 of 3", "open", "close"]
+
+
+def test_a_replacement_joins_a_new_group_for_the_current_weights_and_the_next_push_forms_one_for_all() -> (
+    None
+):
+    ranks = Broadcaster(buckets=1)
+    replacements: list[Recording] = []
+
+    def restart(index: int) -> Recording:
+        replacements.append(Recording(f"new{index}"))
+        return replacements[-1]
+
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=restart) as f:
+        f.push_weights(ranks.push())
+        lose_and_wait(f, b, replacements)
+        f.push_weights(ranks.push())
+        (new,) = replacements
+        assert f.members[1].engine is new and f.members[1].alive and f.weight_version == 2
+    # the replacement alone with rank 0 (the kept push, made again), then everyone
+    assert new.events == ["begin", "join 1/2", "recv g2-0", "end", "begin", "join 2/3", "recv g3-0", "end"]
+    assert ranks.log == ["group g1 of 3", "open", "close", "group g2 of 2", "open", "close", "group g3 of 3",
+                         "open", "close"]  # fmt: skip
+
+
+def test_refused_names_form_no_group() -> None:
+    ranks = Broadcaster()
+    a, b = Recording("a", fail="refuse-push"), Recording("b", fail="refuse-push")
+    with fleet(a, b) as f, pytest.raises(ValueError, match="wrong shape"):
+        f.push_weights(ranks.push())
+    assert ranks.log == [] and a.weight_version == b.weight_version == 0
+
+
+def test_an_engine_s_own_failure_leaves_it_alone_out_and_the_others_take_the_push_again() -> None:
+    ranks = Broadcaster(buckets=2, break_at=0)
+    a, b = Recording("a"), Recording("b", fail="own-error")
+    with fleet(a, b, restart=lambda i: None) as f:
+        f.push_weights(ranks.push())
+        assert f.weight_version == 1 and [m.alive for m in f.members] == [True, False]
+        assert "could not load" in f.members[1].failures[0]
+        assert f.pop_metrics()["rollout/engine_failures"] == 1
+    assert a.events == [
+        "begin",
+        "join 1/3",
+        "end failed",
+        "begin",
+        "join 1/2",
+        "recv g2-0",
+        "recv g2-1",
+        "end",
+    ]
+    assert "end failed" not in b.events  # out at once: not asked to end what it failed at
+
+
+def test_a_group_rank_0_no_longer_holds_is_formed_again() -> None:
+    ranks = Broadcaster(buckets=1)
+    a = Recording("a")
+    with fleet(a) as f:
+        f.push_weights(ranks.push())
+        ranks.dropped = True  # e.g. rank 0 left it after a failed send
+        f.push_weights(ranks.push())
+    assert [e for e in a.events if e.startswith("join")] == ["join 1/2", "join 1/2"]
+    assert ranks.log.count("group g1 of 2") == 1 and ranks.log.count("group g2 of 2") == 1
+
+
+def test_buckets_that_do_not_carry_the_announced_tensors_are_refused_before_any_group() -> None:
+    push = Broadcaster().push()
+    with pytest.raises(ValueError, match="do not carry the announced"):
+        dataclasses.replace(push, announced=(("v", (1,)),))

@@ -198,6 +198,130 @@ def test_buckets_by_reference_reach_both_engines_each_before_the_next_is_made(
     fleet.push_weights(ray.put(new.state_dict()))
 
 
+class Rank0:
+    """The actor's rank 0 in a weight group (what ``ActorWorker`` does with FSDP shards, here with a
+    whole model: tests/trainer/test_ray_group.py runs the ranks' own side): serves the group and
+    broadcasts each bucket of a pass."""
+
+    def __init__(self, state: dict, bucket_mb: float) -> None:
+        from services.trainer.weight_buckets import bucket_slots, manifest
+
+        self.state, self.bucket_mb = state, bucket_mb
+        self.slots = bucket_slots(manifest(state, None), bucket_mb)
+        self.member, self.pass_, self.token = None, None, None
+
+    def address(self) -> str:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{sock.getsockname()[1]}"
+
+    def join(self, address: str, world: int) -> str:
+        from services.rollout import weight_group
+
+        if self.member is not None:
+            self.member.close()
+        self.member = weight_group.join(address, 0, world, 15.0, "gloo")
+        self.token = address
+        return self.token
+
+    def held(self) -> str | None:
+        return self.token if self.member is not None and self.member.open else None
+
+    def open(self) -> None:
+        from services.trainer.weight_buckets import group_stream, manifest
+
+        self.pass_ = group_stream(iter(self.state.items()), manifest(self.state, None), self.bucket_mb)
+
+    def send(self, index: int) -> int:
+        from services.rollout import weight_group
+
+        return weight_group.send_bucket(
+            self.member, index, lambda: next(self.pass_), self.slots[index], "cpu"
+        )
+
+
+def broadcast_push(ray, rank0, slots, announced, sent: list[int] | None = None):
+    from services.rollout.weight_sync import BucketBroadcast
+
+    def send(index: int):
+        ref = rank0.send.remote(index)
+        if sent is not None:
+            sent.append(index)
+        return lambda: ray.get(ref)
+
+    return BucketBroadcast(
+        announced=announced, buckets=tuple(tuple((n, tuple(sh), d) for n, sh, d in b) for b in slots),
+        sender="rank0", backend="gloo", timeout_s=15.0, address=lambda: ray.get(rank0.address.remote()),
+        connect=lambda address, world: (lambda ref: lambda: ray.get(ref))(rank0.join.remote(address, world)),
+        group=lambda: ray.get(rank0.held.remote()),
+        open=lambda: ray.get(rank0.open.remote()), send=send, close=lambda: None,
+    )  # fmt: skip
+
+
+def test_a_broadcast_push_reaches_both_engines_and_survives_one_lost_mid_push(
+    ray_fleet, video_sample, tiny_models, hf_model, hf_logprobs
+) -> None:
+    from services.trainer.weight_buckets import bucket_slots, manifest
+
+    fleet, local, ray = ray_fleet.fleet, ray_fleet.local, ray_fleet.ray
+    new = copy.deepcopy(hf_model(tiny_models[FAMILY]))
+    generator = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    state = {k: v.contiguous() for k, v in new.state_dict().items()}
+    slots = bucket_slots(manifest(state, None), 0.25)
+    announced = tuple((n, tuple(t.shape)) for n, t in state.items())
+    rank0 = ray.remote(Rank0).options(num_cpus=0).remote(state, 0.25)
+    try:
+        assert len(slots) > 2, "the model went in two buckets or fewer: the kill below would see nothing"
+        version = fleet.weight_version
+        fleet.pop_metrics()
+        fleet.push_weights(broadcast_push(ray, rank0, slots, announced))
+        assert fleet.weight_version == version + 1
+        sample = video_sample(FAMILY, "wide", "broadcast")
+        for member in fleet.members:
+            (group,) = member.engine.rollout([sample], key=SeedKey(5))
+            for response in group.responses:
+                assert gap(hf_logprobs(local, new, sample, response.token_ids), response.logprobs) < TOLERANCE
+
+        # engine 1's actor dies after the first bucket: the broadcast breaks for both, engine 0 takes
+        # the whole push again over a new group, and engine 1 leaves (counted, replaced)
+        victim = fleet.members[1].engine
+        sent: list[int] = []
+        push = broadcast_push(ray, rank0, slots, announced, sent)
+        real_send = push.send
+
+        def send(index: int):
+            if index == 1 and victim.worker is not None and fleet.members[1].engine is victim:
+                ray.kill(victim.worker)
+            return real_send(index)
+
+        import dataclasses
+
+        fleet.push_weights(dataclasses.replace(push, send=send))
+        assert fleet.weight_version == version + 2 and fleet.members[0].alive and not fleet.members[1].alive
+        assert sent[:2] == [0, 1] and sent.count(0) == 2  # broken at bucket 1, then again from the start
+        assert fleet.pop_metrics()["rollout/engine_failures"] == 1.0
+        (group,) = fleet.members[0].engine.rollout([sample], key=SeedKey(6))
+        for response in group.responses:
+            assert gap(hf_logprobs(local, new, sample, response.token_ids), response.logprobs) < TOLERANCE
+        # the replacement joins a group of its own with rank 0 for the current weights before any work
+        fleet.members[1].restart.result(600)
+        both = [sample, video_sample(FAMILY, "tall_in_time", "broadcast-2")]
+        groups = fleet.rollout(both, key=SeedKey(6))
+        assert fleet.members[1].alive and sorted(fleet.last_engines) == [0, 1]
+        for asked, g in zip(both, groups, strict=True):
+            for response in g.responses:
+                assert gap(hf_logprobs(local, new, asked, response.token_ids), response.logprobs) < TOLERANCE
+        # the same weights as a state dict: the fleet keeps them (not rank 0's group) for the next test
+        fleet.push_weights(ray.put(new.state_dict()))
+    finally:
+        ray.kill(rank0)
+
+
 def test_an_engine_killed_mid_generation_leaves_the_step_complete(ray_fleet, video_sample) -> None:
     fleet, ray = ray_fleet.fleet, ray_fleet.ray
     fleet.pop_metrics()

@@ -117,3 +117,27 @@ def test_a_train_job_may_only_name_files_inside_the_data_roots(
                 TrainJobConfig.model_validate({**job, key: value})
     finally:
         reset_settings_cache()
+
+
+def test_the_weight_group_must_give_up_before_the_fleet_does() -> None:
+    base = {"data": {"train_files": ["a.jsonl"]}, "actor": {"model_path": "m"}}
+    rollout = TrainConfig.model_validate(base).rollout
+    assert rollout.weight_transport is None and rollout.weight_group_timeout_s < rollout.engine_timeout_s
+    with pytest.raises(ValueError, match=r"weight_group_timeout_s .* must be below"):
+        TrainConfig.model_validate(
+            {**base, "rollout": {"engine_timeout_s": 300, "weight_group_timeout_s": 300}}
+        )
+    TrainConfig.model_validate(
+        {**base, "rollout": {"engine_timeout_s": None, "weight_group_timeout_s": 5000}}
+    )
+    with pytest.raises(ValueError, match="weight_transport"):
+        TrainConfig.model_validate({**base, "rollout": {"weight_transport": "carrier_pigeon"}})
+
+
+def test_the_weight_transport_follows_rank_0_s_device_unless_asked() -> None:
+    from services.trainer.placement import weight_transport
+
+    assert weight_transport(None, "cpu") == "broadcast"
+    assert weight_transport(None, "cuda:0") == "object_store"  # the NCCL group has not run on a GPU yet
+    assert weight_transport("broadcast", "cuda:0") == "broadcast"
+    assert weight_transport("object_store", "cpu") == "object_store"

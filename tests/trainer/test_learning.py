@@ -9,6 +9,7 @@ on a fleet of two disaggregated engines.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,10 @@ STEPS, VAL_FREQ, TARGET = 500, 50, 0.5
 
 
 @pytest.mark.timeout(2400)  # ~2-3 min on a quiet 2-core machine when the jump comes early; 500 steps ~7
-def test_pure_rl_lifts_heldout_accuracy_over_chance(reelrl_home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_pure_rl_lifts_heldout_accuracy_over_chance(
+    reelrl_home: Path, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="services.rollout.fleet")
     monkeypatch.chdir(tmp_path)  # the config's paths are relative (reelrl-data/...)
     data = tmp_path / "reelrl-data"
     make_task_datasets(data, train_videos=64, val_videos=32)
@@ -66,3 +70,6 @@ def test_pure_rl_lifts_heldout_accuracy_over_chance(reelrl_home: Path, tmp_path:
     first = read_metrics(out / "metrics.jsonl")[1]
     assert first["reward/format"] > 0.5 and first["actor/groups_with_signal"] > 0.5
     assert {r["rollout/engines_alive"] for r in read_metrics(out / "metrics.jsonl")[1:]} == {2.0}
+    # every push went over one weight-broadcast group from rank 0 to both engines, formed once
+    formed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("weight group formed")]
+    assert len(formed) == 1 and "2 engine workers" in formed[0], formed

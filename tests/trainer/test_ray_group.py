@@ -59,6 +59,35 @@ def alive(pid: int) -> bool:
         return False
 
 
+def broadcast_pass(push, pushed: dict[str, torch.Tensor], *, form: bool) -> dict[str, torch.Tensor]:
+    """Receive one push over its weight group as the group's rank 1 (formed first when ``form``),
+    checking each bucket's announced order and size bound; returns every tensor received."""
+    from services.rollout import weight_group
+
+    assert [n for n, _ in push.announced] == list(pushed) and push.backend == "gloo"
+    if form:
+        address = push.address()
+        wait = push.connect(address, 2)
+        broadcast_pass.member = weight_group.join(address, 1, 2, push.timeout_s, "gloo")
+        assert wait() == push.group() is not None  # rank 0 holds the group just formed
+    else:
+        assert push.group() is not None  # the group formed before is still rank 0's
+    received: dict[str, torch.Tensor] = {}
+    push.open()
+    try:
+        for index, slots in enumerate(push.buckets):
+            wait = push.send(index)
+            bucket = weight_group.receive(broadcast_pass.member, index, slots, "cpu")
+            wait()
+            size = sum(t.numel() * t.element_size() for t in bucket.values())
+            assert size <= 0.05 * 2**20 or len(bucket) == 1
+            received.update({k: v.clone() for k, v in bucket.items()})
+    finally:
+        push.close()
+    assert len(push.buckets) > 1 and list(received) == list(pushed)
+    return received
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_ray_group_matches_one_process(tmp_path: Path) -> None:
@@ -140,6 +169,11 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
             gap({k: v for ref in group.bucket_refs(1024).refs for k, v in ray.get(ref).items()}, pushed)
             == 0.0
         )
+
+        # the same buckets over a weight-broadcast group: rank 0 broadcasts each one to the members
+        # (this process, rank 1 of the group, plays an engine worker), twice over the one group
+        assert gap(broadcast_pass(group.bucket_broadcast(0.05, 60.0), pushed, form=True), pushed) == 0.0
+        assert gap(broadcast_pass(group.bucket_broadcast(0.05, 60.0), pushed, form=False), pushed) == 0.0
 
         ray_old = group.log_probs(temperature=1.0)
         assert gap(ray_old, old) <= TOLERANCE

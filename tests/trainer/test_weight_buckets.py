@@ -83,6 +83,23 @@ def test_tied_tensors_in_one_bucket_do_not_share_storage():
     torch.testing.assert_close(bucket["embed.weight"], bucket["head.weight"])
 
 
+def test_packed_buckets_are_the_buckets_bytes_laid_out_for_the_weight_group():
+    from services.rollout import weight_group
+    from services.trainer.weight_buckets import bucket_slots, packed_buckets
+
+    model = Tied()
+    limit = 100 / MiB
+    slots = bucket_slots(manifest(model.state_dict(), torch.bfloat16), limit)
+    packed = list(packed_buckets(model, torch.bfloat16, limit, "cpu", keep=True))
+    assert len(packed) == len(slots) == 3
+    for flat, bucket, bucket_slots_ in zip(packed, buckets(model, torch.bfloat16, limit), slots, strict=True):
+        assert flat.numel() == weight_group.layout(bucket_slots_)[1]
+        unpacked = weight_group.unpack(flat, bucket_slots_)
+        assert list(unpacked) == list(bucket) and all(torch.equal(unpacked[k], bucket[k]) for k in bucket)
+    # a rank that does not send walks the same tensors and keeps nothing
+    assert list(packed_buckets(model, torch.bfloat16, limit, "cpu", keep=False)) == [None] * 3
+
+
 def test_fsdp2_parameters_are_gathered_per_tensor(tmp_path):
     """One gloo rank holding FSDP2-sharded (DTensor) parameters: the buckets are the full tensors."""
     import torch.distributed as dist
