@@ -108,6 +108,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     never recorded after them), then the rest: the two sessions start on the long runs and the many
     short tests fill in at the end, instead of one session finishing a long file alone while the other
     idles (longest-first keeps that tail to about the shortest slow file)."""
+    ids = [item.nodeid for item in items]
+    twice = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if twice:
+        # pytest-xdist keys tests by id: it ran only some of a set sharing one, and said nothing
+        raise pytest.UsageError(f"tests share an id, so some would not run under xdist: {twice}")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     slow_files = {_test_file(item.nodeid) for item in items if item.get_closest_marker("slow")}
