@@ -108,17 +108,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     never recorded after them), then the rest: the two sessions start on the long runs and the many
     short tests fill in at the end, instead of one session finishing a long file alone while the other
     idles (longest-first keeps that tail to about the shortest slow file)."""
-    ids = [item.nodeid for item in items]
-    twice = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
-    if twice:
-        # pytest-xdist keys tests by id: it ran only some of a set sharing one, and said nothing
-        raise pytest.UsageError(f"tests share an id, so some would not run under xdist: {twice}")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared_ids([item.nodeid for item in items])
+        if shared:
+            raise pytest.UsageError(shared)
         return
     slow_files = {_test_file(item.nodeid) for item in items if item.get_closest_marker("slow")}
-    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    recorded = _recorded()
     # stable: each file's order is kept
     items.sort(key=lambda item: file_rank(_test_file(item.nodeid), slow_files, recorded))
+
+
+def shared_ids(ids: list[str]) -> str | None:
+    """What is wrong when tests share an id: pytest-xdist keys tests by id, and of a set sharing one it
+    ran some and said nothing (a schemathesis test's 4 operations once ran as 1)."""
+    if len(set(ids)) == len(ids):
+        return None
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    return f"tests share an id, so some would not run under pytest-xdist: {twice}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    # the controller's view of a worker's collection: an error raised inside a worker would reach the
+    # report as an internal error without its message
+    shared = shared_ids(ids)
+    if shared:
+        pytest.exit(shared, returncode=4)
 
 
 def file_rank(name: str, slow_files: set[str], recorded: dict[str, float]) -> tuple[bool, float]:
@@ -129,6 +145,13 @@ def file_rank(name: str, slow_files: set[str], recorded: dict[str, float]) -> tu
     return False, -float(recorded.get(name, 0.0))
 
 
+def _recorded() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS_FILE.read_text())
+    except (OSError, ValueError):  # missing or damaged: the order falls back to collection order
+        return {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # the session that sees every report: the xdist controller, or a session without workers
     if os.environ.get("REELRL_TEST_RECORD_DURATIONS") and not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -137,13 +160,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not _file_seconds:
+    # only a whole run that passed: a part of a file (-k, -m, a stop at the first failure) would
+    # replace its whole-run seconds with a part's
+    option = session.config.option
+    if not _file_seconds or exitstatus != 0 or option.keyword or option.markexpr:
         return
-    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    recorded = {name: s for name, s in _recorded().items() if (DURATIONS_FILE.parents[1] / name).exists()}
     recorded.update({name: round(seconds, 1) for name, seconds in _file_seconds.items()})
-    partial = DURATIONS_FILE.with_suffix(".json.partial")
-    partial.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
-    partial.replace(DURATIONS_FILE)  # whole or not at all
+    with tempfile.NamedTemporaryFile("w", dir=DURATIONS_FILE.parent, suffix=".partial", delete=False) as out:
+        out.write(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
+    os.replace(out.name, DURATIONS_FILE)  # whole or not at all, whoever else writes it
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -36,6 +36,7 @@ def child_environment(**env: str) -> dict[str, str]:
         "PYTEST_XDIST_WORKER",
         "PYTEST_XDIST_WORKER_COUNT",
         "PYTEST_XDIST_TESTRUNUID",
+        "REELRL_TEST_RECORD_DURATIONS",  # a child's few tests are not the suite's durations
     )
     return {k: v for k, v in os.environ.items() if k not in mine} | env
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import DURATIONS_FILE, file_rank
+from tests.conftest import DURATIONS_FILE, file_rank, shared_ids
 
 
 def test_slow_files_start_longest_first_and_unrecorded_ones_after_them() -> None:
@@ -22,3 +22,9 @@ def test_the_recorded_durations_name_files_of_this_suite() -> None:
     assert recorded and all(isinstance(v, int | float) and v >= 0 for v in recorded.values())
     missing = [name for name in recorded if not (DURATIONS_FILE.parents[1] / name).exists()]
     assert not missing, f"tests/durations.json names files that are gone: {missing}"
+
+
+def test_tests_sharing_an_id_are_named() -> None:
+    assert shared_ids(["a.py::t", "a.py::u"]) is None
+    message = shared_ids(["a.py::t", "b.py::t", "a.py::t"])
+    assert message is not None and "['a.py::t']" in message and "xdist" in message

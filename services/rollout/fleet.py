@@ -310,11 +310,16 @@ class Fleet:
                         members, lambda m, i=index, s=slots: m.engine.receive_weight_bucket(i, s), wait,
                         f"weight bucket {index}",
                     )  # fmt: skip
-            finally:
-                weights.close()
+            except BaseException:
+                try:  # the ranks close their pass; the failure on its way out is the one to report
+                    weights.close()
+                except Exception as exc:
+                    log.warning("closing the ranks' bucket pass after a failed push: %s", exc)
+                raise
+            weights.close()
         except _Broken:
             raise
-        except BaseException as exc:  # the ranks could not form the group, or open or close their pass
+        except Exception as exc:  # the ranks could not form the group, or open or close their pass
             raise _Broken(members, exc, f"{type(exc).__name__}: {exc}") from exc
         return self._each(members, lambda m: m.engine.end_weight_buckets(), fail=fail)
 

@@ -95,10 +95,12 @@ def empty_bucket(slots: Sequence[Slot], device: torch.device | str) -> tuple[tor
     return torch.empty(size, dtype=torch.uint8, device=device), offsets
 
 
-def place(flat: torch.Tensor, offset: int, tensor: torch.Tensor) -> None:
-    """Copy ``tensor``'s bytes into ``flat`` at ``offset``."""
-    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    flat[offset : offset + raw.numel()].copy_(raw)
+def place(flat: torch.Tensor, offset: int, tensor: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+    """Write ``tensor`` into ``flat`` at ``offset`` as ``dtype`` (default its own), cast and moved in
+    the one copy (no cast copy of it is made first)."""
+    dtype = dtype or tensor.dtype
+    count = tensor.numel() * torch.empty((), dtype=dtype).element_size()
+    flat[offset : offset + count].view(dtype).copy_(tensor.detach().reshape(-1))
 
 
 def unpack(flat: torch.Tensor, slots: Sequence[Slot]) -> dict[str, torch.Tensor]:
@@ -129,23 +131,26 @@ def join(address: str, rank: int, world: int, timeout_s: float, backend: str) ->
     Blocks until all ``world`` members have joined (or ``timeout_s`` passed)."""
     import torch.distributed as dist
 
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"unknown weight group backend {backend!r}; use gloo or nccl")
     host, port = address.rsplit(":", 1)
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(
-        host, int(port), world, is_master=rank == 0, timeout=timeout, wait_for_workers=False
-    )
-    store = dist.PrefixStore("reelrl-weights", store)
-    if backend == "gloo":
-        options = dist.ProcessGroupGloo._Options()
-        options._timeout = timeout
-        # the interface that reaches rank 0: gloo's default resolves the hostname, which some hosts map
-        # to 127.0.1.1, where members on other nodes cannot connect
-        options._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(host))]
-        group = dist.ProcessGroupGloo(store, rank, world, options)
-    elif backend == "nccl":
-        group = _nccl_group(store, rank, world, timeout)
-    else:
-        raise ValueError(f"unknown weight group backend {backend!r}; use gloo or nccl")
+    try:
+        store = dist.TCPStore(
+            host, int(port), world, is_master=rank == 0, timeout=timeout, wait_for_workers=False
+        )
+        store = dist.PrefixStore("reelrl-weights", store)
+        if backend == "gloo":
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            # the interface that reaches rank 0: gloo's default resolves the hostname, which some hosts
+            # map to 127.0.1.1, where members on other nodes cannot connect
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(host))]
+            group = dist.ProcessGroupGloo(store, rank, world, options)
+        else:
+            group = _nccl_group(store, rank, world, timeout)
+    except RuntimeError as exc:  # a member that never came, a port taken: the group's failure, not ours
+        raise WeightGroupError(f"weight group (rank {rank} of {world}) at {address}: {exc}") from None
     member = Member(group, store, rank, world, backend)
     if backend == "nccl":
         # NCCL connects lazily: meet every member now, so a peer that cannot be reached fails the join
@@ -161,8 +166,13 @@ def _nccl_group(store: Any, rank: int, world: int, timeout: timedelta) -> Any:
 
     import torch.distributed as dist
 
-    saved = {k: os.environ.get(k) for k in ("TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
-    os.environ.update(TORCH_NCCL_BLOCKING_WAIT="1", TORCH_NCCL_ASYNC_ERROR_HANDLING="0")
+    settings = {
+        "TORCH_NCCL_BLOCKING_WAIT": "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+    }
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     try:
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout

@@ -483,8 +483,8 @@ class WeightSyncExtension:
         member = getattr(self, "_reelrl_group", None)
 
         def receive() -> int:
-            if member is None:
-                raise weight_group.WeightGroupError("this worker has joined no weight group")
+            if member is None:  # this engine's own state, not the group's
+                raise RuntimeError("this worker has joined no weight group")
             planned = [(name, tuple(shape), dtype) for name, shape, dtype in slots]
             return self.reelrl_load_tensors(
                 weight_group.receive(member, index, planned, self._reelrl_device())

@@ -152,21 +152,24 @@ class TrainRolloutConfig(RolloutConfig):
         "references each engine pulls; ~9x slower on the CPU, docs/benchmarks.md). null: broadcast where "
         "the ranks run on the CPU, object_store on GPUs until the NCCL group has run on one (docs/rollout.md)",
     )
-    weight_group_timeout_s: float = Field(
-        600.0,
+    weight_group_timeout_s: float | None = Field(
+        None,
         gt=0,
         description="how long a member of the weight group waits for the others before the push fails; "
-        "below rollout.engine_timeout_s",
+        "below rollout.engine_timeout_s (null: 600 s, or half of engine_timeout_s when that is less)",
     )
 
     @model_validator(mode="after")
     def _group_timeout(self) -> TrainRolloutConfig:
         # an engine still waiting on the group past the fleet's limit would count as lost with the rest
-        if self.engine_timeout_s is not None and self.weight_group_timeout_s >= self.engine_timeout_s:
+        limit = self.engine_timeout_s
+        if self.weight_group_timeout_s is None:
+            self.weight_group_timeout_s = 600.0 if limit is None else min(600.0, limit / 2)
+        elif limit is not None and self.weight_group_timeout_s >= limit:
             raise ValueError(
                 f"rollout.weight_group_timeout_s ({self.weight_group_timeout_s:g}) must be below "
-                f"rollout.engine_timeout_s ({self.engine_timeout_s:g}): an engine waiting on the weight group "
-                "would count as failed"
+                f"rollout.engine_timeout_s ({limit:g}): an engine waiting on the weight group would count "
+                "as failed"
             )
         return self
 

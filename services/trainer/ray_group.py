@@ -234,6 +234,9 @@ class ActorWorker:
             return 0
         member = self._weight_group
         if member is None or self.weight_group_token() != token:
+            next(self._buckets)  # the other ranks are gathering this bucket: take part, then refuse
+            if member is not None:
+                member.close()  # the engines in the group this push was for fail at once, not at the timeout
             raise weight_group.WeightGroupError("rank 0 no longer holds the weight group this push was for")
         buckets = self._buckets
         device = self.group.actor.device if member.backend == "nccl" else "cpu"

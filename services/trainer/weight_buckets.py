@@ -179,7 +179,7 @@ def packed_buckets(
             with torch.no_grad():
                 value = full(tensor)
                 if flat is not None:
-                    place(flat, offset, value.detach().to(device=device, dtype=entry.dtype))
+                    place(flat, offset, value, entry.dtype)
             del value
         yield flat
 

@@ -136,6 +136,15 @@ def test_any_dtype_torch_has_travels() -> None:
         wg.to_dtype("Tensor")
 
 
+def test_a_member_that_never_comes_fails_the_join_as_the_group_s_failure() -> None:
+    address = free_address()
+    with ThreadPoolExecutor(2) as pool:  # ranks 0 and 1 of 3; rank 2 never joins
+        joins = [pool.submit(wg.join, address, rank, 3, 2.0, "gloo") for rank in range(2)]
+        for future in joins:
+            with pytest.raises(wg.WeightGroupError, match=r"at 127\.0\.0\.1"):
+                future.result(60)
+
+
 def test_an_unknown_backend_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown weight group backend"):
         wg.join(free_address(), 0, 1, 5.0, "mpi")

@@ -130,6 +130,9 @@ def test_the_weight_group_must_give_up_before_the_fleet_does() -> None:
     TrainConfig.model_validate(
         {**base, "rollout": {"engine_timeout_s": None, "weight_group_timeout_s": 5000}}
     )
+    # unset, it follows a short fleet limit instead of refusing a config that never asked for a group
+    short = TrainConfig.model_validate({**base, "rollout": {"engine_timeout_s": 300}})
+    assert short.rollout.weight_group_timeout_s == 150 and rollout.weight_group_timeout_s == 600
     with pytest.raises(ValueError, match="weight_transport"):
         TrainConfig.model_validate({**base, "rollout": {"weight_transport": "carrier_pigeon"}})
 
