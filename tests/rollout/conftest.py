@@ -243,9 +243,12 @@ def loop_thread() -> Iterator[LoopThread]:
     runner.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def async_engine(engine_registry: EngineRegistry, loop_thread: LoopThread, tiny_models, clips) -> Any:
-    """A shared ``AsyncRolloutEngine`` on the Qwen2.5-VL tiny checkpoint, living on ``loop_thread``."""
+    """A shared ``AsyncRolloutEngine`` on the Qwen2.5-VL tiny checkpoint, living on ``loop_thread``.
+    Asked of the registry per test, not cached for the session: the registry stops its engines when a
+    session leaves tests/rollout, and under pytest-xdist (longest files first) a session comes back,
+    where a cached engine would be the stopped one ('NoneType' object has no attribute 'generate')."""
     from services.rollout.async_engine import AsyncRolloutEngine
 
     async def start() -> AsyncRolloutEngine:
