@@ -198,10 +198,8 @@ class Fleet:
             )
         live = self._serving()  # replacements adopted first: their pushes are over before this one starts
         version = self.weight_version + 1
-        if isinstance(weights, BucketRefs):
-            pushed = self._push_shared_pass(live, weights)
-        elif isinstance(weights, BucketBroadcast):
-            pushed = self._push_broadcast(live, weights)
+        if isinstance(weights, BucketRefs | BucketBroadcast):
+            pushed = self._push_pass(live, weights)
         else:
             pushed = self._each(live, lambda m: m.engine.push_weights(weights))
         for member in pushed:

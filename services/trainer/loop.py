@@ -731,18 +731,13 @@ class Trainer:
         if stream is not None and not refs:
             self.engine.push_weights(stream)
         elif refs and bucket_mb is not None and hasattr(self.group, "bucket_refs"):
-            self.engine.push_weights(self._bucket_push(bucket_mb))  # rank 0's buckets, one at a time
+            from services.trainer.placement import bucket_push  # by rollout.weight_transport
+
+            self.engine.push_weights(bucket_push(self.group, self.config.rollout, bucket_mb))  # one at a time
         elif refs and hasattr(self.group, "state_dict_ref"):
             self.engine.push_weights(self.group.state_dict_ref())
         else:
             self.engine.push_weights(self.group.state_dict())
-
-    def _bucket_push(self, bucket_mb: float) -> Any:
-        """Rank 0's buckets for engines in other actors, by ``rollout.weight_transport``: broadcast over
-        a weight group, or as object references."""
-        from services.trainer.placement import bucket_push
-
-        return bucket_push(self.group, self.config.rollout, bucket_mb)
 
     def shutdown(self) -> None:
         """Engine, then actor ranks (which stop a Ray they started), then the reward client: each even

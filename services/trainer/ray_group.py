@@ -155,14 +155,15 @@ class ActorWorker:
         """What a pass in buckets of ``bucket_mb`` MiB carries: every (name, shape), how many buckets, how
         many bytes, and with ``slots`` each bucket's tensors as a weight group sends them (the same on
         every rank; nothing is opened)."""
-        from services.trainer.weight_buckets import bucket_slots, manifest, plan
+        from services.trainer.weight_buckets import manifest, plan, slots_for
 
         entries = manifest(self.group.actor.model.state_dict(), self.group.push_dtype)
+        groups = plan(entries, bucket_mb)
         return {
             "announced": [(e.name, e.shape) for e in entries],
-            "buckets": len(plan(entries, bucket_mb)),
+            "buckets": len(groups),
             "nbytes": sum(e.nbytes for e in entries),
-            **({"slots": bucket_slots(entries, bucket_mb)} if slots else {}),
+            **({"slots": [slots_for(group) for group in groups]} if slots else {}),
         }
 
     def buckets_open(self, bucket_mb: float, broadcast: bool = False) -> None:

@@ -131,27 +131,24 @@ def group_stream(
     for group in plan(entries, bucket_mb):
         out: dict[str, torch.Tensor] = {}
         held: set[int] = set()
-        for entry in group:
-            name, tensor = next(stream)
-            if name != entry.name:
-                raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
+        for entry, tensor in _paired(stream, group):
             with torch.no_grad():
                 value = tensor.detach().to(device=device, dtype=entry.dtype).contiguous()
             if value.data_ptr() in held:  # tied weights share storage, which safetensors refuses
                 value = value.clone()
             held.add(value.data_ptr())
-            out[name] = value
+            out[entry.name] = value
         yield out
 
 
 def buckets(
-    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float, device: torch.device | str = "cpu"
+    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float
 ) -> Iterator[dict[str, torch.Tensor]]:
     """The model's tensors, bucket by bucket, under checkpoint names, gathered one tensor at a time.
     Every rank yields the same buckets (colocated engines each load their own; a disaggregated push
     sends rank 0's); a caller that stops early must stop on every rank."""
     state = model.state_dict()
-    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb, device)
+    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb)
 
 
 def packed_buckets(
@@ -169,19 +166,26 @@ def packed_buckets(
     from services.rollout.weight_group import empty_bucket, place
 
     state = model.state_dict()
-    stream = iter(state.items())
+    stream = ((n, full(t)) for n, t in state.items())  # gathered one at a time, as asked for
     for group in plan(manifest(state, dtype), bucket_mb):
         flat, offsets = empty_bucket(slots_for(group), device) if keep else (None, [0] * len(group))
-        for entry, offset in zip(group, offsets, strict=True):
-            name, tensor = next(stream)
-            if name != entry.name:
-                raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
-            with torch.no_grad():
-                value = full(tensor)
-                if flat is not None:
+        for offset, (entry, value) in zip(offsets, _paired(stream, group), strict=True):
+            if flat is not None:
+                with torch.no_grad():
                     place(flat, offset, value, entry.dtype)
             del value
         yield flat
+
+
+def _paired(
+    stream: Iterator[tuple[str, torch.Tensor]], group: Sequence[Entry]
+) -> Iterator[tuple[Entry, torch.Tensor]]:
+    """The next ``len(group)`` tensors of ``stream``, each with its planned entry (names must agree)."""
+    for entry in group:
+        name, tensor = next(stream)
+        if name != entry.name:
+            raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
+        yield entry, tensor
 
 
 def slots_for(group: Sequence[Entry]) -> list[tuple[str, tuple[int, ...], str]]:
