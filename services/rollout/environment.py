@@ -38,7 +38,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -146,6 +146,21 @@ def _process_kept_as_it_was(folder: Path) -> Iterator[None]:
 
 
 @contextmanager
+def restored_environ(names: Iterable[str]) -> Iterator[None]:
+    """Inside, change any of ``names`` in ``os.environ`` freely; on leaving, each is as it was (set to its
+    old value, or unset if it was unset), whatever happened inside."""
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
 def _environment(cpu_cores: Sequence[int] | None) -> Iterator[Path]:
     for name, value in DEFAULTS.items():
         os.environ.setdefault(name, value)
@@ -160,20 +175,13 @@ def _environment(cpu_cores: Sequence[int] | None) -> Iterator[Path]:
         log.warning(
             "torch's compile cache %s cannot be linked into the engine's folder: %s", compile_cache, exc
         )
-    saved = {name: os.environ.get(name) for name in PRIVATE}
-    if cpu_cores and os.environ[BIND] == "auto":
-        os.environ[BIND] = ",".join(map(str, cpu_cores))
-    os.environ["TMPDIR"] = str(folder)
-    os.environ.setdefault("VLLM_RPC_BASE_PATH", str(folder))
-    os.environ[MARKER] = owner_marker()
-    try:
+    with restored_environ(PRIVATE):
+        if cpu_cores and os.environ[BIND] == "auto":
+            os.environ[BIND] = ",".join(map(str, cpu_cores))
+        os.environ["TMPDIR"] = str(folder)
+        os.environ.setdefault("VLLM_RPC_BASE_PATH", str(folder))
+        os.environ[MARKER] = owner_marker()
         yield folder
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def compile_cache_dir_name() -> str:

@@ -166,23 +166,18 @@ def _nccl_group(store: Any, rank: int, world: int, timeout: timedelta) -> Any:
 
     import torch.distributed as dist
 
+    from services.rollout.environment import restored_environ
+
     settings = {
         "TORCH_NCCL_BLOCKING_WAIT": "1",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
     }
-    saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
+    with restored_environ(settings):
+        os.environ.update(settings)
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world, options)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def local_ip_towards(host: str) -> str:

@@ -1,5 +1,6 @@
-"""bench/gpu/run.sh --dry-run on CPU: the GPU script's code path (colocated cycle, then the driver
-engine) with the tiny model, so it cannot rot while no GPU is lent."""
+"""bench/gpu/run.sh --dry-run on CPU: the GPU script's code path (the trainer's half of a step, then the
+colocated cycle and the driver engine) with the tiny model, so it cannot rot while no GPU is lent; the
+pure parts of its figures against hand-computed values; its results file and wheel list."""
 
 from __future__ import annotations
 
@@ -10,22 +11,157 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+from bench.gpu.actor_steps import bf16_master_step, moved, shares
+from bench.gpu.results import ENVIRONMENT_KEY, LOAD_KEY, merge
+from bench.results import is_busy
+
 ROOT = Path(__file__).resolve().parents[2]
-KEYS = ("tokens_per_s", "update_s", "sleep_s", "wake_s", "sync_s", "step_s", "peak_memory_gib")
+ENGINE_KEYS = ("tokens_per_s", "update_s", "sleep_s", "wake_s", "sync_s", "step_s", "peak_memory_gib")
+ACTOR_KEYS = (
+    "logprob_s", "logprob_tokens_per_s", "update_s", "update_tokens_per_s", "update_peak_memory_gib",
+    "moved_fp32_master", "moved_bf16_copy", "moved_bf16_master", "stream_buckets", "stream_bucketed_s",
+    "stream_bucketed_peak_extra_gib", "stream_packed_s", "stream_packed_peak_extra_gib",
+    "state_dict_full_s", "state_dict_full_peak_extra_gib", "step_s", "tokens", "params_b",
+    "peak_memory_gib", "steps",
+)  # fmt: skip
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     results = tmp_path / "gpu_results.json"
     env = {**os.environ, "PYTHON": sys.executable, "RESULTS": str(results)}
     env.pop("OUT", None)
+    env.pop("WHEELS", None)
     done = subprocess.run(
         ["bash", str(ROOT / "bench" / "gpu" / "run.sh"), "--dry-run"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     figures = json.loads(results.read_text())
-    assert set(figures) == {f"gpu_{mode}_{key}" for mode in ("colocated", "driver") for key in KEYS}
+    expected = {f"gpu_{mode}_{key}" for mode in ("colocated", "driver") for key in ENGINE_KEYS}
+    expected |= {f"gpu_actor_{key}" for key in ACTOR_KEYS}
+    assert set(figures) == expected | {"gpu_engine_cycle_ran", ENVIRONMENT_KEY, LOAD_KEY}
+    assert figures["gpu_engine_cycle_ran"] == 1  # vLLM imports here, so the engine cycle ran
     assert figures["gpu_colocated_tokens_per_s"] > 0 and figures["gpu_driver_tokens_per_s"] > 0
     assert figures["gpu_colocated_sync_s"] > 0 and figures["gpu_driver_sync_s"] > 0
+    assert figures["gpu_actor_steps"] == 3 and figures["gpu_actor_update_tokens_per_s"] > 0
+    # the fp32 master moves nearly every element a step; the tiny model's weights are drawn with std
+    # 0.02, where bf16 rounds an lr 1e-6 step away, so a bf16 master moves only the few near zero
+    assert figures["gpu_actor_moved_fp32_master"] > 0.5
+    assert figures["gpu_actor_moved_bf16_master"] < 0.1 * figures["gpu_actor_moved_fp32_master"]
+    assert figures["gpu_actor_stream_buckets"] >= 1 and figures["gpu_actor_stream_bucketed_s"] > 0
+    assert set(figures[LOAD_KEY]) == {"start", "end"}
+    assert figures[ENVIRONMENT_KEY]["device"] == "cpu" and figures[ENVIRONMENT_KEY]["torch"]
+
+
+def test_bf16_master_rounds_small_updates_away() -> None:
+    # 0.02 is stored as 164·2^-13 (spacing 2^-13): +1e-6 rounds back; 1e-4 as 210·2^-21: +1e-6 → 212·2^-21
+    master = torch.tensor([0.02, 1e-4]).to(torch.bfloat16)
+    assert master.float().tolist() == [164 * 2**-13, 210 * 2**-21]
+    stepped = bf16_master_step(master, torch.tensor([1e-6, 1e-6]))
+    assert stepped.dtype == torch.bfloat16
+    assert stepped.float().tolist() == [164 * 2**-13, 212 * 2**-21]
+    assert moved(master, stepped) == 1
+
+
+def test_moved_and_shares_count_elements() -> None:
+    assert moved(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 5.0, 3.0])) == 1
+    assert shares({"a": 1, "b": 3}, 4) == {"a": 0.25, "b": 0.75}
+
+
+def load(load1: float, cores: int = 2, busy: list | None = None) -> dict:
+    return {"load1": load1, "load5": 0.0, "load15": 0.0, "cores": cores, "busy_processes": busy or []}
+
+
+def test_busy_load_scales_with_the_cores() -> None:
+    assert is_busy(load(0.8), at_start=True) and not is_busy(load(0.6), at_start=True)
+    assert not is_busy(load(5.0, cores=16), at_start=True) and is_busy(load(6.0, cores=16), at_start=True)
+    assert not is_busy(load(9.0), at_start=False)  # at the end only other processes count
+    assert is_busy(load(0.1, busy=[{"pid": 1, "cpu_percent": 90.0, "command": "x"}]), at_start=False)
+
+
+def test_merge_replaces_the_last_gpu_run_and_refuses_busy_or_partial_files(tmp_path: Path) -> None:
+    into = tmp_path / "results.json"
+    into.write_text(json.dumps({"other": 1.0, "gpu_driver_step_s": 9.0, "gpu_actor_update_s": 9.0}))
+    run = tmp_path / "gpu.json"
+    record = {"start": load(0.2, cores=16), "end": load(0.1, cores=16)}
+    run.write_text(json.dumps({"gpu_actor_update_s": 2.5, "gpu_engine_cycle_ran": 0, LOAD_KEY: record,
+                               ENVIRONMENT_KEY: {"device": "NVIDIA H200"}}))  # fmt: skip
+    merged = merge(run, into)
+    on_disk = json.loads(into.read_text())
+    assert on_disk == merged
+    assert on_disk["other"] == 1.0 and "gpu_driver_step_s" not in on_disk  # the old run's figure is gone
+    assert on_disk["gpu_actor_update_s"] == 2.5 and on_disk[ENVIRONMENT_KEY]["device"] == "NVIDIA H200"
+    assert on_disk[LOAD_KEY]["figures"] == ["gpu_actor_update_s", "gpu_engine_cycle_ran"]
+
+    busy = {"start": load(7.0, cores=16), "end": record["end"]}
+    run.write_text(json.dumps({"gpu_actor_update_s": 1.0, LOAD_KEY: busy}))
+    with pytest.raises(SystemExit, match="busy"):
+        merge(run, into)
+    run.write_text(json.dumps({"gpu_actor_update_s": 1.0, LOAD_KEY: {"start": record["start"]}}))
+    with pytest.raises(SystemExit, match="no load record at both ends"):
+        merge(run, into)
+    assert json.loads(into.read_text())["gpu_actor_update_s"] == 2.5  # nothing written by a refusal
+
+
+def test_every_wheel_the_device_needs_is_pinned_in_the_lock() -> None:
+    def key(name: str) -> str:
+        return name.strip().lower().replace("_", "-")
+
+    lock = {key(line.split("==")[0]) for line in (ROOT / "requirements" / "cpu-lock.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")}  # fmt: skip
+    names = [key(n) for n in (ROOT / "bench" / "gpu" / "wheels.txt").read_text().splitlines()
+             if n.strip() and not n.startswith("#")]  # fmt: skip
+    assert names and len(names) == len(set(names))
+    assert [n for n in names if n not in lock] == []
+
+
+# Every module bench/gpu/run.sh imports on the way to its figures (the engine cycle aside: it needs vLLM,
+# which a machine without it skips by name).
+GPU_SCRIPT_MODULES = (
+    "bench.gpu.build_model", "bench.gpu.actor_steps", "bench.gpu.results", "services.trainer.actor",
+    "services.trainer.algorithms", "services.trainer.batch", "services.trainer.config",
+    "services.trainer.update", "services.trainer.weight_buckets", "services.rollout.weight_group",
+    "services.rollout.config", "services.rollout.consistency", "services.rollout.media",
+    "services.rollout.prompts", "services.rollout.samples", "services.common.tiny_models",
+    "services.common.tiny_models.qwen_bpe",
+)  # fmt: skip
+ONLY_LISTED = r"""
+import importlib.abc, importlib.metadata, sys, traceback
+allowed = set(sys.argv[1].split(","))
+owners = importlib.metadata.packages_distributions()
+class OnlyListed(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        dists = owners.get(top)
+        if not dists or top in ("services", "bench"):
+            return None
+        # transformers probes optional packages by find_spec; only real imports are judged
+        if any(f.filename.endswith("import_utils.py") for f in traceback.extract_stack()):
+            return None
+        if not any(d.lower().replace("_", "-") in allowed for d in dists):
+            raise ImportError(f"{top} ({', '.join(dists)}) is in neither bench/gpu list")
+sys.meta_path.insert(0, OnlyListed())
+import importlib
+for module in sys.argv[2].split(","):
+    importlib.import_module(module)
+print("imported", len(sys.argv[2].split(",")))
+"""
+
+
+def listed(name: str) -> set[str]:
+    lines = (ROOT / "bench" / "gpu" / name).read_text().splitlines()
+    return {n.strip().lower().replace("_", "-") for n in lines if n.strip() and not n.startswith("#")}
+
+
+def test_the_gpu_script_imports_only_the_base_image_and_its_wheels() -> None:
+    allowed = listed("base_image.txt") | listed("wheels.txt")
+    done = subprocess.run(
+        [sys.executable, "-c", ONLY_LISTED, ",".join(sorted(allowed)), ",".join(GPU_SCRIPT_MODULES)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"imported {len(GPU_SCRIPT_MODULES)}"

@@ -43,6 +43,15 @@ def test_qwen2_vl_2b_matches_the_published_checkpoint_with_its_head_untied(ids):
     assert head == 151936 * 1536 and config.tie_word_embeddings is False
 
 
+def test_qwen2_5_vl_3b_matches_the_published_checkpoint_with_its_head_untied(ids):
+    # the one-GPU script's checkpoint (bench/gpu/run.sh): its fp32 training state fits an H200
+    config, model = meta_model("qwen2_5_vl", ids, "3b")
+    head = model.lm_head.weight.numel()
+    assert sum(p.numel() for p in model.parameters()) - head == 3_754_622_976  # Qwen2.5-VL-3B-Instruct, tied
+    assert head == 151936 * 2048 and config.vision_config.out_hidden_size == config.text_config.hidden_size
+    assert get_architecture("qwen2_5_vl").config(ids, "real").text_config.hidden_size == 3584  # still 7B
+
+
 def test_qwen3_5_9b_is_hybrid_at_full_size(ids):
     config, model = meta_model("qwen3_5", ids, "9b")
     text = config.text_config

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from services.rollout.environment import compile_cache_dir_name, engine_environment, remove_private_folder
+from services.rollout.environment import (
+    compile_cache_dir_name,
+    engine_environment,
+    remove_private_folder,
+    restored_environ,
+)
 
 
 def _fresh_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,3 +118,18 @@ def test_two_engines_started_at_once_each_see_their_own_cores_and_leave_auto(
     b.join(10)
     assert seen == {0: "0", 1: "1"}
     assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+
+
+def test_restored_environ_puts_back_set_and_unset_names_even_after_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REELRL_TEST_KEPT", "before")
+    monkeypatch.delenv("REELRL_TEST_UNSET", raising=False)
+    with (
+        pytest.raises(RuntimeError, match="inside"),
+        restored_environ(["REELRL_TEST_KEPT", "REELRL_TEST_UNSET"]),
+    ):
+        os.environ.update(REELRL_TEST_KEPT="changed", REELRL_TEST_UNSET="set", REELRL_TEST_OTHER="left")
+        raise RuntimeError("inside")
+    assert os.environ["REELRL_TEST_KEPT"] == "before" and "REELRL_TEST_UNSET" not in os.environ
+    assert os.environ.pop("REELRL_TEST_OTHER") == "left"  # a name not asked for is not touched

@@ -354,8 +354,8 @@ REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
             },
         },
     },
-    FamilyName.qwen2_5_vl: {  # Qwen2.5-VL-7B-Instruct
-        "7b": {
+    FamilyName.qwen2_5_vl: {
+        "7b": {  # Qwen2.5-VL-7B-Instruct
             "vocab_size": 152064,
             "text_config": _QWEN2_TEXT_7B,
             "rope_parameters": _QWEN2_ROPE_7B,
@@ -367,7 +367,30 @@ REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
                 "out_hidden_size": 3584,
                 "fullatt_block_indexes": [7, 15, 23, 31],
             },
-        }
+        },
+        # Qwen2.5-VL-3B-Instruct (its embeddings are tied, here untied): fp32 master weights, gradients
+        # and AdamW moments (16 bytes a parameter, ~65 GB) fit one H200 beside the activations; the 7B's
+        # (~133 GB) do not, so the one-GPU script trains this size
+        "3b": {
+            "vocab_size": 151936,
+            "text_config": {
+                "hidden_size": 2048,
+                "intermediate_size": 11008,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 128000,
+            },
+            "rope_parameters": _QWEN2_ROPE_7B,  # head 128 as at 7B
+            "vision_config": {
+                "depth": 32,
+                "hidden_size": 1280,
+                "intermediate_size": 3420,
+                "num_heads": 16,
+                "out_hidden_size": 2048,
+                "fullatt_block_indexes": [7, 15, 23, 31],
+            },
+        },
     },
     FamilyName.qwen3_vl: {  # Qwen3-VL-8B-Instruct
         "8b": {

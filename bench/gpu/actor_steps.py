@@ -1,0 +1,271 @@
+"""The trainer's half of an RL step on one device, at real size, through the project's own classes: the
+``Actor`` (fp32 master weights, bf16 forwards under autocast, AdamW, gradient checkpointing), its
+scoring pass (``log_probs``) and ``update_policy`` over video prompts made by the checkpoint's own
+processor, then the weight streams a push reads (``weight_buckets``). Run by bench/gpu/run.sh;
+``--dry-run`` is the same code on CPU with the tiny model.
+
+It needs no rollout engine: the responses are random ordinary tokens of a fixed length (what the
+engine could have sampled), the advantages +1/-1 by response. Per step it measures:
+
+- the scoring pass and the update: seconds and tokens/s (prompt + response tokens);
+- precision at true scale: the share of weight elements the update moved in the fp32 master, the share
+  whose bf16 copy (what the engine is sent) changed, and the share a bf16 master would have moved,
+  stepping its own rounded copy by the same update (:func:`bf16_master_step`);
+- the colocated push's bucket stream (``group_stream`` on the device, as ``ColocatedShard.load_from``
+  reads it), the weight group's packed buckets (``packed_buckets``) and a full bf16 state dict: seconds
+  and peak extra device memory of each;
+- the peak device memory of the update and of the whole run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+GiB = 2**30
+
+
+# -- precision: pure functions ------------------------------------------------------------------------
+
+
+def moved(before: torch.Tensor, after: torch.Tensor) -> int:
+    """How many elements differ between two copies of one tensor."""
+    return int((before != after).sum())
+
+
+def bf16_master_step(master: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """A bf16 master weight after an update ``delta`` (computed in fp32): the sum rounded back to bf16,
+    as an optimizer stepping bf16 weights stores it. Example: 0.02 is stored as 164·2^-13 (bf16's
+    spacing there is 2^-13 ≈ 1.2e-4), and adding 1e-6 rounds back to it; 1e-4 is stored as 210·2^-21
+    (spacing ≈ 4.8e-7), and adding 1e-6 gives 212·2^-21."""
+    return (master.float() + delta.float()).to(torch.bfloat16)
+
+
+def shares(counts: Mapping[str, int], total: int) -> dict[str, float]:
+    """Element counts as fractions of ``total``."""
+    return {k: v / total for k, v in counts.items()}
+
+
+# -- device memory ------------------------------------------------------------------------------------
+
+
+class Measure:
+    """Seconds and device memory of each measured call (each resets the allocator's peak to see its
+    own). Off CUDA, where the caching allocator's statistics do not exist, the memory figures are NaN."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float, float, float]:
+        """``fn()``'s result, its seconds, the peak memory it held beyond what was allocated before it
+        (GiB) and the peak allocation during it (GiB)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            base = torch.cuda.memory_allocated(self.device)
+        started = time.perf_counter()
+        out = fn()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - started
+        if not self.cuda:
+            return out, seconds, math.nan, math.nan
+        peak = torch.cuda.max_memory_allocated(self.device)
+        return out, seconds, (peak - base) / GiB, peak / GiB
+
+
+def drain(stream: Iterable[Any]) -> int:
+    """Walk a bucket stream to its end, holding one bucket at a time; returns how many there were."""
+    count = 0
+    for bucket in stream:
+        del bucket
+        count += 1
+    return count
+
+
+# -- the step's inputs --------------------------------------------------------------------------------
+
+
+def video_prompts(processor: Any, prompts: int, frames: int, side: int, seed: int) -> list[Any]:
+    """``prompts`` questions, each about its own random clip of ``frames`` frames of ``side`` x ``side``
+    pixels, processed exactly as the trainer processes stored clips (``processor_inputs``)."""
+    from services.rollout.config import RolloutConfig
+    from services.rollout.consistency import processor_inputs
+    from services.rollout.media import SampleMedia, video_metadata
+    from services.rollout.prompts import render_prompt
+    from services.rollout.samples import RolloutSample
+    from services.trainer.batch import PromptInputs
+
+    rng = np.random.default_rng(seed)
+    config = RolloutConfig()
+    out = []
+    for i in range(prompts):
+        clip = rng.integers(0, 256, (frames, side, side, 3), dtype=np.uint8)
+        meta = video_metadata(
+            {"fps": 2.0, "duration": frames / 2.0, "total_num_frames": frames,
+             "frames_indices": list(range(frames)), "width": side, "height": side}
+        )  # fmt: skip
+        sample = RolloutSample(
+            id=f"q{i}", prompt=f"Question {i}: what happens in the video?", videos=(f"clip-{i}",),
+            check_params=False,
+        )  # fmt: skip
+        text = render_prompt(processor, sample)
+        inputs = processor_inputs(processor, text, SampleMedia(videos=[(clip, meta)]), config)
+        out.append(PromptInputs.from_processor(sample.id, inputs))
+    return out
+
+
+def responses(tokenizer: Any, count: int, length: int, seed: int) -> list[list[int]]:
+    """Random ordinary token ids (no special or placeholder token), as an engine could sample them."""
+    special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+    bound = len(tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        ids = torch.randint(0, bound, (length * 2,), generator=generator).tolist()
+        kept = [t for t in ids if t not in special][:length]
+        if len(kept) < length:
+            raise ValueError(f"tokenizer of {bound} ids has too few ordinary ones for {length} tokens")
+        out.append(kept)
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, float]:
+    from services.trainer.actor import Actor
+    from services.trainer.algorithms import AlgorithmConfig
+    from services.trainer.batch import TokenSequence
+    from services.trainer.config import ActorConfig
+    from services.trainer.update import SequenceTargets, update_policy
+    from services.trainer.weight_buckets import full, group_stream, manifest, packed_buckets
+
+    device = torch.device("cpu" if args.dry_run else "cuda")
+    config = ActorConfig(
+        model_path=str(args.model), param_dtype="float32", compute_dtype="bfloat16",
+        gradient_checkpointing=True, micro_batch_tokens=args.micro_batch_tokens,
+        optim={"lr": args.lr, "grad_clip": 1.0},
+    )  # fmt: skip
+    actor = Actor(config, total_steps=args.steps, device=str(device))
+    params = dict(actor.model.named_parameters())
+    total = sum(p.numel() for p in params.values())
+    prompts = video_prompts(actor.processor, args.prompts, args.frames, args.side, seed=0)
+    algorithm = AlgorithmConfig()
+    push = torch.bfloat16
+    bf16_master = {k: p.detach().to(torch.bfloat16) for k, p in params.items()}  # its own rounded copy
+    series: dict[str, list[float]] = {}
+    measured = Measure(device)
+
+    def add(key: str, value: float) -> None:
+        series.setdefault(key, []).append(value)
+
+    for step in range(args.steps):
+        answers = responses(actor.processor.tokenizer, args.prompts * args.n, args.response_tokens, step)
+        sequences = [
+            TokenSequence(prompts[i // args.n], answers[i]) for i in range(len(answers))
+        ]  # n responses per prompt, in prompt order
+        tokens = sum(s.length for s in sequences)
+        started = time.perf_counter()
+        old, seconds, _, _ = measured(lambda s=sequences: actor.log_probs(s))
+        add("logprob_s", seconds)
+        add("logprob_tokens_per_s", tokens / seconds)
+        before = {k: p.detach().clone() for k, p in params.items()}
+        targets = [
+            SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
+            for i, (s, o) in enumerate(zip(sequences, old, strict=True))
+        ]
+        _, seconds, _, peak = measured(
+            lambda s=sequences, t=targets: update_policy(
+                actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
+                offline_term="likelihood",
+            )
+        )  # fmt: skip
+        add("update_s", seconds)
+        add("update_tokens_per_s", tokens / seconds)
+        # the bench's own copies (the weights before the step, the bf16 master) are no part of training
+        held = sum(t.numel() * t.element_size() for t in (*before.values(), *bf16_master.values()))
+        add("update_peak_memory_gib", peak - held / GiB)
+        counts = {"moved_fp32_master": 0, "moved_bf16_copy": 0, "moved_bf16_master": 0}
+        with torch.no_grad():
+            for k, p in params.items():
+                counts["moved_fp32_master"] += moved(before[k], p)
+                counts["moved_bf16_copy"] += moved(before[k].to(push), p.to(push))
+                stepped = bf16_master_step(bf16_master[k], p - before[k])
+                counts["moved_bf16_master"] += moved(bf16_master[k], stepped)
+                bf16_master[k] = stepped
+        del before
+        for key, value in shares(counts, total).items():
+            add(key, value)
+
+        state = actor.model.state_dict()
+        entries = manifest(state, push)
+        stream = lambda st=state, e=entries: drain(  # noqa: E731
+            group_stream(((n, full(t)) for n, t in st.items()), e, args.bucket_mb, device)
+        )
+        count, seconds, extra, _ = measured(stream)
+        add("stream_buckets", count)
+        add("stream_bucketed_s", seconds)
+        add("stream_bucketed_peak_extra_gib", extra)
+        _, seconds, extra, _ = measured(
+            lambda: drain(packed_buckets(actor.model, push, args.bucket_mb, device, keep=True))
+        )
+        add("stream_packed_s", seconds)
+        add("stream_packed_peak_extra_gib", extra)
+        _, seconds, extra, _ = measured(lambda: len(actor.full_state_dict(push)))
+        add("state_dict_full_s", seconds)
+        add("state_dict_full_peak_extra_gib", extra)
+        add("step_s", time.perf_counter() - started)
+        add("tokens", tokens)
+        print(f"step {step + 1}/{args.steps}: " + ", ".join(f"{k} {v[-1]:.4g}" for k, v in series.items()),
+              flush=True)  # fmt: skip
+
+    out = {f"gpu_actor_{k}": sum(v[1:] or v) / len(v[1:] or v) for k, v in series.items()}  # step 1 warms
+    # precision counts accumulate: after the last step, how much of the training so far each kept
+    for key in ("moved_fp32_master", "moved_bf16_copy", "moved_bf16_master"):
+        out[f"gpu_actor_{key}"] = series[key][-1]
+    out["gpu_actor_params_b"] = total / 1e9
+    out["gpu_actor_peak_memory_gib"] = max(series["update_peak_memory_gib"])  # the run's highest
+    out["gpu_actor_steps"] = args.steps
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--n", type=int, default=4, help="responses per prompt")
+    parser.add_argument("--frames", type=int, default=32)
+    parser.add_argument("--side", type=int, default=448, help="frame width and height (a multiple of 28)")
+    parser.add_argument("--response-tokens", type=int, default=512)
+    parser.add_argument("--micro-batch-tokens", type=int, default=16384)
+    parser.add_argument("--lr", type=float, default=1e-6, help="the shipped recipes' lr")
+    parser.add_argument("--bucket-mb", type=float, default=512.0, help="rollout.weight_bucket_mb's default")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model: the same code path")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are merged into")
+    args = parser.parse_args()
+    if not args.dry_run and not torch.cuda.is_available():
+        parser.error("no CUDA device here: give --dry-run for the CPU path")
+    from bench.gpu.results import LOAD_KEY, write_atomic
+    from bench.results import machine_load
+
+    start = machine_load()  # the script's first figure-taking step: its load record begins here
+    figures = run(args)
+    for key, value in figures.items():
+        print(f"{key}: {value:.4f}")
+    old = json.loads(args.out.read_text()) if args.out.exists() else {}
+    write_atomic(args.out, {**old, **figures, LOAD_KEY: {"start": start}})
+
+
+if __name__ == "__main__":
+    main()
