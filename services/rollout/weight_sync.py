@@ -293,11 +293,7 @@ class BucketLoad:
             raise RuntimeError("a weight bucket arrived outside a bucketed push (begin it first)")
         check_bucket(bucket, self.announced[self.offset : self.offset + len(bucket)])
         data = safetensors_bytes(bucket)
-        for rank, loaded in enumerate(self.rpc("reelrl_load_bucket", args=(data,))):
-            if loaded != len(bucket):
-                raise RuntimeError(f"worker {rank} loaded {loaded} of the {len(bucket)} tensors of a bucket")
-        self.offset += len(bucket)
-        self.count += 1
+        self._loaded(self.rpc("reelrl_load_bucket", args=(data,)), len(bucket))
 
     def receive(self, index: int, slots: Sequence[tuple[str, tuple[int, ...], str]]) -> None:
         """The next bucket arrives over the weight group (bucket ``index`` of the push, ``slots`` its
@@ -310,12 +306,14 @@ class BucketLoad:
                 f"weight bucket {index} ({len(slots)} tensors) is not the next announced tensors; the "
                 "engine's weights are now a mix: push again"
             )
-        for rank, loaded in enumerate(
-            raise_statuses(self.rpc("reelrl_receive_bucket", args=(index, list(slots))))
-        ):
-            if loaded != len(slots):
-                raise RuntimeError(f"worker {rank} loaded {loaded} of the {len(slots)} tensors of a bucket")
-        self.offset += len(slots)
+        self._loaded(raise_statuses(self.rpc("reelrl_receive_bucket", args=(index, list(slots)))), len(slots))
+
+    def _loaded(self, per_worker: Sequence[int], expected: int) -> None:
+        """Every worker must have loaded the bucket's ``expected`` tensors; the push then moves past it."""
+        for rank, loaded in enumerate(per_worker):
+            if loaded != expected:
+                raise RuntimeError(f"worker {rank} loaded {loaded} of the {expected} tensors of a bucket")
+        self.offset += expected
         self.count += 1
 
     def abort(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
@@ -234,6 +235,18 @@ def test_a_refused_input_is_the_input_s_error_not_an_engine_failure() -> None:
         assert f.pop_metrics()["rollout/engine_failures"] == 0.0
 
 
+def restarts(**kwargs: Any) -> tuple[list[Recording], Callable[[int], Recording]]:
+    """A fleet's restart factory that makes ``Recording("new<index>", **kwargs)`` engines, and the list
+    it appends each one to (in the order the fleet asked for them)."""
+    made: list[Recording] = []
+
+    def restart(index: int) -> Recording:
+        made.append(Recording(f"new{index}", **kwargs))
+        return made[-1]
+
+    return made, restart
+
+
 def lose_and_wait(f: Fleet, engine: Recording, replacements: list[Recording]) -> None:
     """``engine`` (the fleet's second) dies in a rollout; wait until its replacement has started."""
     engine.fail = "raise"
@@ -245,11 +258,7 @@ def lose_and_wait(f: Fleet, engine: Recording, replacements: list[Recording]) ->
 
 
 def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
-    replacements: list[Recording] = []
-
-    def restart(index: int) -> Recording:
-        replacements.append(Recording(f"new{index}"))
-        return replacements[-1]
+    replacements, restart = restarts()
 
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart) as f:
@@ -264,11 +273,7 @@ def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
 
 
 def test_a_replacement_that_hangs_taking_the_current_weights_is_dropped_under_the_limit() -> None:
-    replacements: list[Recording] = []
-
-    def restart(index: int) -> Recording:
-        replacements.append(Recording(f"new{index}", fail="hang-push"))
-        return replacements[-1]
+    replacements, restart = restarts(fail="hang-push")
 
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart, timeout_s=0.5) as f:
@@ -284,11 +289,7 @@ def test_a_replacement_that_hangs_taking_the_current_weights_is_dropped_under_th
 
 
 def test_a_replacement_can_fetch_the_current_weights_instead_of_the_fleet_keeping_them() -> None:
-    replacements: list[Recording] = []
-
-    def restart(index: int) -> Recording:
-        replacements.append(Recording(f"new{index}"))
-        return replacements[-1]
+    replacements, restart = restarts()
 
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart, current_weights=lambda: "fetched") as f:
@@ -355,11 +356,7 @@ def test_buckets_by_reference_reach_every_engine_before_the_next_is_made() -> No
 
 def test_a_replacement_s_pass_is_over_before_the_push_that_adopts_it_opens_its_own() -> None:
     ranks = Ranks(buckets=2)
-    replacements: list[Recording] = []
-
-    def restart(index: int) -> Recording:
-        replacements.append(Recording(f"new{index}"))
-        return replacements[-1]
+    replacements, restart = restarts()
 
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart, current_weights=ranks.bucket_refs) as f:
@@ -520,11 +517,7 @@ def test_a_replacement_joins_a_new_group_for_the_current_weights_and_the_next_pu
     None
 ):
     ranks = Broadcaster(buckets=1)
-    replacements: list[Recording] = []
-
-    def restart(index: int) -> Recording:
-        replacements.append(Recording(f"new{index}"))
-        return replacements[-1]
+    replacements, restart = restarts()
 
     a, b = Recording("a"), Recording("b")
     with fleet(a, b, restart=restart) as f:
