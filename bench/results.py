@@ -65,7 +65,7 @@ def machine_load(sample_s: float = 1.0) -> dict[str, Any]:
         "load1": round(load1, 2),
         "load5": round(load5, 2),
         "load15": round(load15, 2),
-        "cores": os.cpu_count(),
+        "cores": len(os.sched_getaffinity(0)),  # the cores this process may use, not the host's
         "busy_processes": sorted(busy, key=lambda b: -b["cpu_percent"]),
     }
 

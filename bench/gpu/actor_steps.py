@@ -14,7 +14,8 @@ engine could have sampled), the advantages +1/-1 by response. Per step it measur
 - the colocated push's bucket stream (``group_stream`` on the device, as ``ColocatedShard.load_from``
   reads it), the weight group's packed buckets (``packed_buckets``) and a full bf16 state dict: seconds
   and peak extra device memory of each;
-- the peak device memory of the update and of the whole run.
+- the update's peak device memory, allocated and reserved by the caching allocator (fragmentation
+  included), the bench's own copies of the weights subtracted.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ class Measure:
         self.device = device
         self.cuda = device.type == "cuda"
 
-    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float, float, float]:
-        """``fn()``'s result, its seconds, the peak memory it held beyond what was allocated before it
-        (GiB) and the peak allocation during it (GiB)."""
+    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float, float, float, float]:
+        """``fn()``'s result, its seconds, the peak memory it held beyond what was allocated before it,
+        and the peak allocated and reserved during it (GiB)."""
         if self.cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -78,9 +79,10 @@ class Measure:
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
         if not self.cuda:
-            return out, seconds, math.nan, math.nan
+            return out, seconds, math.nan, math.nan, math.nan
         peak = torch.cuda.max_memory_allocated(self.device)
-        return out, seconds, (peak - base) / GiB, peak / GiB
+        reserved = torch.cuda.max_memory_reserved(self.device)
+        return out, seconds, (peak - base) / GiB, peak / GiB, reserved / GiB
 
 
 def drain(stream: Iterable[Any]) -> int:
@@ -175,8 +177,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             TokenSequence(prompts[i // args.n], answers[i]) for i in range(len(answers))
         ]  # n responses per prompt, in prompt order
         tokens = sum(s.length for s in sequences)
-        started = time.perf_counter()
-        old, seconds, _, _ = measured(lambda s=sequences: actor.log_probs(s))
+        old, seconds, _, _, _ = measured(lambda s=sequences: actor.log_probs(s))
+        step_s = seconds
         add("logprob_s", seconds)
         add("logprob_tokens_per_s", tokens / seconds)
         before = {k: p.detach().clone() for k, p in params.items()}
@@ -184,17 +186,19 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
             for i, (s, o) in enumerate(zip(sequences, old, strict=True))
         ]
-        _, seconds, _, peak = measured(
+        _, seconds, _, peak, reserved = measured(
             lambda s=sequences, t=targets: update_policy(
                 actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
                 offline_term="likelihood",
             )
         )  # fmt: skip
+        step_s += seconds
         add("update_s", seconds)
         add("update_tokens_per_s", tokens / seconds)
         # the bench's own copies (the weights before the step, the bf16 master) are no part of training
         held = sum(t.numel() * t.element_size() for t in (*before.values(), *bf16_master.values()))
         add("update_peak_memory_gib", peak - held / GiB)
+        add("update_peak_reserved_gib", reserved - held / GiB)
         counts = {"moved_fp32_master": 0, "moved_bf16_copy": 0, "moved_bf16_master": 0}
         with torch.no_grad():
             for k, p in params.items():
@@ -212,29 +216,31 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         stream = lambda st=state, e=entries: drain(  # noqa: E731
             group_stream(((n, full(t)) for n, t in st.items()), e, args.bucket_mb, device)
         )
-        count, seconds, extra, _ = measured(stream)
+        count, seconds, extra, _, _ = measured(stream)
+        step_s += seconds
         add("stream_buckets", count)
         add("stream_bucketed_s", seconds)
         add("stream_bucketed_peak_extra_gib", extra)
-        _, seconds, extra, _ = measured(
+        _, seconds, extra, _, _ = measured(
             lambda: drain(packed_buckets(actor.model, push, args.bucket_mb, device, keep=True))
         )
         add("stream_packed_s", seconds)
         add("stream_packed_peak_extra_gib", extra)
-        _, seconds, extra, _ = measured(lambda: len(actor.full_state_dict(push)))
+        _, seconds, extra, _, _ = measured(lambda: len(actor.full_state_dict(push)))
         add("state_dict_full_s", seconds)
         add("state_dict_full_peak_extra_gib", extra)
-        add("step_s", time.perf_counter() - started)
+        # a colocated step's trainer half: scoring, update and its one push (generation aside; the other
+        # pushes and the precision counting are the bench's)
+        add("step_s", step_s)
         add("tokens", tokens)
         print(f"step {step + 1}/{args.steps}: " + ", ".join(f"{k} {v[-1]:.4g}" for k, v in series.items()),
               flush=True)  # fmt: skip
 
     out = {f"gpu_actor_{k}": sum(v[1:] or v) / len(v[1:] or v) for k, v in series.items()}  # step 1 warms
-    # precision counts accumulate: after the last step, how much of the training so far each kept
+    # the precision shares are the last step's (each step counts against its own snapshot)
     for key in ("moved_fp32_master", "moved_bf16_copy", "moved_bf16_master"):
         out[f"gpu_actor_{key}"] = series[key][-1]
     out["gpu_actor_params_b"] = total / 1e9
-    out["gpu_actor_peak_memory_gib"] = max(series["update_peak_memory_gib"])  # the run's highest
     out["gpu_actor_steps"] = args.steps
     return out
 

@@ -64,12 +64,22 @@ def note(path: Path, engine_cycle_ran: bool) -> dict[str, Any]:
 
 def merge(path: Path, into: Path = RESULTS) -> dict[str, Any]:
     """``path``'s figures into ``into`` (other keys kept): every ``gpu_`` key a run wrote, its
-    environment and its load record, which names the figures. Refuses a file from a busy machine or
-    one without the script's load record."""
+    environment and its load record, which names the figures. Refuses a file from a busy machine, one
+    without the script's load record, a CPU dry run's, and one with engine figures its run did not take."""
     data = json.loads(path.read_text())
     load = data.get(LOAD_KEY) or {}
     if "start" not in load or "end" not in load:
         raise SystemExit(f"{path} has no load record at both ends: not a whole bench/gpu/run.sh run")
+    device = (data.get(ENVIRONMENT_KEY) or {}).get("device")
+    if device in (None, "cpu"):
+        raise SystemExit(
+            f"{path} was not taken on a GPU (device {device!r}): a dry run's figures are not merged"
+        )
+    engine = [k for k in data if k.startswith(("gpu_colocated_", "gpu_driver_"))]
+    if engine and data.get("gpu_engine_cycle_ran") != 1:
+        raise SystemExit(
+            f"{path} holds engine-cycle figures ({engine[0]}, ...) from a run that did not run it"
+        )
     if is_busy(load["start"], at_start=True) or is_busy(load["end"], at_start=False):
         raise SystemExit(
             f"{path}: the device machine was busy (start: {describe(load['start'])}; end: "

@@ -22,6 +22,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/reelrl-gpu.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 RESULTS=${RESULTS:-${OUT:+$OUT/gpu_results.json}}
 RESULTS=${RESULTS:-bench/gpu/results.json}
+rm -f "$RESULTS"  # a run's file holds that run's figures only
 if [[ -n "${WHEELS:-}" ]]; then
   echo "[gpu] installing the wheels in $WHEELS"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" "$WHEELS"/*.whl
@@ -35,13 +36,12 @@ else
   ACTOR_ARGS=()
 fi
 echo "[gpu] the trainer's half of 3 steps"
-"$PY" -m bench.gpu.actor_steps --model "$MODEL" --steps 3 --out "$RESULTS" $DRY "${ACTOR_ARGS[@]}"
+"$PY" -m bench.gpu.actor_steps --model "$MODEL" --steps 3 --out "$RESULTS" $DRY ${ACTOR_ARGS[@]+"${ACTOR_ARGS[@]}"}
 if "$PY" -c "import vllm" >/dev/null 2>&1; then
-  TORCHRUN=$(dirname "$(command -v "$PY")")/torchrun
   TOKENS=256; [[ -n "$DRY" ]] && TOKENS=8
   for MODE in colocated driver; do
     echo "[gpu] the engine cycle, $MODE"
-    "$TORCHRUN" --nproc_per_node 1 --master_addr 127.0.0.1 --master_port $((29500 + RANDOM % 1000)) \
+    "$PY" -m torch.distributed.run --nproc_per_node 1 --master_addr 127.0.0.1 --master_port $((29500 + RANDOM % 1000)) \
       -m bench.gpu.colocated_steps --model "$MODEL" --mode "$MODE" --steps 3 --max-tokens "$TOKENS" \
       --out "$RESULTS" $DRY
   done

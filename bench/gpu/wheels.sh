@@ -9,6 +9,7 @@ cd "$(dirname "$0")/../.."
 DIR=${1:-.whl}
 PY=${PYTHON:-python3}
 mkdir -p "$DIR"
+rm -f "$DIR"/*.whl  # two versions of one package would stop the device's install
 platforms=()
 for tag in manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 \
            manylinux_2_17 manylinux2014 manylinux1; do
@@ -21,8 +22,17 @@ while read -r name; do
   [[ -n "$pin" ]] || { echo "wheels.sh: $name is not pinned in requirements/cpu-lock.txt" >&2; exit 1; }
   requirement=$(sed -n "${pin}p" requirements/cpu-lock.txt)
   if ! "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      "${platforms[@]}" -d "$DIR" "$requirement" 2>/dev/null; then
-    "$PY" -m pip wheel -q --no-deps -w "$DIR" "$requirement"  # a source-only release
+      "${platforms[@]}" -d "$DIR" "$requirement" 2>"$DIR/.download.log"; then
+    # a source-only release: built here, which is right only for a pure-Python package
+    built=$(mktemp -d)
+    "$PY" -m pip wheel -q --no-deps -w "$built" "$requirement"
+    if ! ls "$built"/*-py3-none-any.whl >/dev/null 2>&1; then
+      cat "$DIR/.download.log" >&2
+      echo "wheels.sh: $requirement has no wheel for the device and builds only for this machine" >&2
+      exit 1
+    fi
+    mv "$built"/*.whl "$DIR"/ && rm -rf "$built"
   fi
 done < bench/gpu/wheels.txt
+rm -f "$DIR/.download.log"
 du -sh "$DIR"

@@ -175,6 +175,9 @@ def packed_buckets(
                     place(flat, offset, value, entry.dtype)
             del value
         yield flat
+        # the generator's own reference goes before the next buffer is made: the consumer's is then
+        # the last, so a sender that drops a sent bucket holds one buffer, not two
+        flat = None
 
 
 def _paired(

@@ -100,6 +100,29 @@ def test_packed_buckets_are_the_buckets_bytes_laid_out_for_the_weight_group():
     assert list(packed_buckets(model, torch.bfloat16, limit, "cpu", keep=False)) == [None] * 3
 
 
+def test_packed_buckets_hold_one_buffer_when_the_sender_drops_each_sent_one(monkeypatch):
+    """The next buffer is made only after the last one is gone (a sender holds one bucket, not two)."""
+    import weakref
+
+    from services.rollout import weight_group
+    from services.trainer.weight_buckets import packed_buckets
+
+    made: list[weakref.ref] = []
+    alive_at_allocation: list[bool] = []
+    real = weight_group.empty_bucket
+
+    def recording(slots, device):
+        alive_at_allocation.append(any(ref() is not None for ref in made))
+        flat, offsets = real(slots, device)
+        made.append(weakref.ref(flat))
+        return flat, offsets
+
+    monkeypatch.setattr(weight_group, "empty_bucket", recording)
+    for flat in packed_buckets(Tied(), torch.bfloat16, 100 / MiB, "cpu", keep=True):
+        del flat  # sent
+    assert alive_at_allocation == [False, False, False]
+
+
 def test_fsdp2_parameters_are_gathered_per_tensor(tmp_path):
     """One gloo rank holding FSDP2-sharded (DTensor) parameters: the buckets are the full tensors."""
     import torch.distributed as dist
