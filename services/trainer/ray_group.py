@@ -125,6 +125,7 @@ class ActorWorker:
             "rank": self.rank,
             "pid": os.getpid(),
             "node": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),  # nodes of one host share an address
             "device": str(self.group.actor.device),
             "threads": torch.get_num_threads(),
         }

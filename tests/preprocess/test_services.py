@@ -59,7 +59,8 @@ def test_redis_postgres_batch_and_duplicate_submission(services_env, data_dir, t
 def test_worker_killed_mid_decode_is_redelivered(wiring, request, tmp_path, write_dataset, monkeypatch):
     """Redis redelivers the task itself; the embedded broker cannot, so the dispatcher re-queues."""
     request.getfixturevalue(wiring)
-    monkeypatch.setenv("REELRL_CLIP_LEASE_S", "2")
+    # 6 s: a 2 s lease lapsed under the second worker's live decode beside another suite (3 attempts)
+    monkeypatch.setenv("REELRL_CLIP_LEASE_S", "6")
     reset_settings_cache()
     # Long enough (several seconds of decode + resize on one thread) to be caught mid-decode.
     video = make_video(tmp_path / "data" / "long.mp4", seconds=30, fps=30, width=640, height=360, crf=35)

@@ -63,9 +63,9 @@ def test_corrupt_inputs_raise_one_line_naming_the_file_once(tmp_path, video_dir)
 
 def _faststart_mp4(path, frames=60):
     """An mp4 whose index precedes its frames, as web encoders write it: cut short, its container still
-    lists every frame."""
+    lists every frame. One encoder thread: x264's threads make the bytes differ from run to run."""
     with av.open(str(path), mode="w", options={"movflags": "faststart"}) as container:
-        stream = container.add_stream("libx264", rate=30)
+        stream = container.add_stream("libx264", rate=30, options={"threads": "1"})
         stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
         for i in range(frames):
             image = av.VideoFrame.from_ndarray(synthetic_frame(i, 120, 160, 30), format="rgb24")
@@ -74,10 +74,19 @@ def _faststart_mp4(path, frames=60):
     return path
 
 
+def _packet_start(path, frame):
+    """The byte offset of the packet that holds frame ``frame`` (in presentation order)."""
+    with av.open(str(path)) as container:
+        packets = [p for p in container.demux(video=0) if p.pts is not None]
+    return sorted(packets, key=lambda p: p.pts)[frame].pos
+
+
 def test_a_truncated_file_names_the_frame_where_it_breaks(tmp_path):
     whole = _faststart_mp4(tmp_path / "whole.mp4")
     cut = tmp_path / "cut.mp4"
-    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3])
+    # cut inside frame 20's packet, before the last frames VideoParams() samples (21 and 31 of 60): a
+    # cut by a fraction of the bytes once fell after them, and the decode rightly succeeded
+    cut.write_bytes(whole.read_bytes()[: _packet_start(whole, 20) + 10])
     with pytest.raises(DecodeError, match=r"pyav: truncated or corrupt at frame \d+") as err:
         decode_clip(cut, VideoParams(), decoders=["pyav"])
     assert str(err.value).count(str(cut)) == 1, err.value
