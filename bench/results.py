@@ -133,9 +133,15 @@ def record(figures: dict[str, float], watch: LoadWatch) -> dict[str, Any]:
         "allowed_under_load": busy,
         "figures": sorted(figures),
     }
-    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(dict(sorted(current.items())), fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, RESULTS)
+    write_atomic(RESULTS, current)
     return current
+
+
+def write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON (keys sorted) to ``path`` through a temp file and a rename: a reader sees the
+    old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(dict(sorted(data.items())), fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)

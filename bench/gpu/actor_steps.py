@@ -262,8 +262,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("no CUDA device here: give --dry-run for the CPU path")
-    from bench.gpu.results import LOAD_KEY, write_atomic
-    from bench.results import machine_load
+    from bench.gpu.results import LOAD_KEY
+    from bench.results import machine_load, write_atomic
 
     start = machine_load()  # the script's first figure-taking step: its load record begins here
     figures = run(args)

