@@ -16,6 +16,10 @@ engine could have sampled), the advantages +1/-1 by response. Per step it measur
   and peak extra device memory of each;
 - the update's peak device memory, allocated and reserved by the caching allocator (fragmentation
   included), the bench's own copies of the weights subtracted.
+
+Once, after the steps, the vision tower's forward on one clip (:func:`vision_forward`): wall seconds,
+the seconds the device was busy, and how many attention calls it made (transformers' SDPA path runs one
+per attention window and layer, so a long clip's tower is bound by launching kernels, not computing).
 """
 
 from __future__ import annotations
@@ -92,6 +96,34 @@ def drain(stream: Iterable[Any]) -> int:
         del bucket
         count += 1
     return count
+
+
+def vision_forward(model: Any, prompt: Any, device: torch.device) -> dict[str, float]:
+    """One no-grad forward of ``model``'s vision tower on ``prompt``'s clip under bf16 autocast, after a
+    warm-up: wall seconds, device-busy seconds (the profiler's kernel time; NaN off CUDA) and the number
+    of ``scaled_dot_product_attention`` calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    visual = model.model.visual
+    pixels = prompt.vision["pixel_values_videos"].to(device)
+    grid = prompt.vision["video_grid_thw"].to(device)
+    cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+        visual(pixels, grid_thw=grid)  # warm-up
+        sync()
+        started = time.perf_counter()
+        visual(pixels, grid_thw=grid)
+        sync()
+        seconds = time.perf_counter() - started
+        with profile(activities=activities) as prof:
+            visual(pixels, grid_thw=grid)
+            sync()
+    events = prof.key_averages()
+    calls = sum(e.count for e in events if e.key == "aten::scaled_dot_product_attention")
+    busy = sum(e.self_device_time_total for e in events) / 1e6 if cuda else math.nan
+    return {"vision_forward_s": seconds, "vision_forward_device_s": busy, "vision_attention_calls": calls}
 
 
 # -- the step's inputs --------------------------------------------------------------------------------
@@ -240,6 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     # the precision shares are the last step's (each step counts against its own snapshot)
     for key in ("moved_fp32_master", "moved_bf16_copy", "moved_bf16_master"):
         out[f"gpu_actor_{key}"] = series[key][-1]
+    out.update({f"gpu_actor_{k}": v for k, v in vision_forward(actor.model, prompts[0], device).items()})
     out["gpu_actor_params_b"] = total / 1e9
     out["gpu_actor_steps"] = args.steps
     return out

@@ -24,7 +24,7 @@ ACTOR_KEYS = (
     "update_peak_reserved_gib", "moved_fp32_master", "moved_bf16_copy", "moved_bf16_master",
     "stream_buckets", "stream_bucketed_s", "stream_bucketed_peak_extra_gib", "stream_packed_s",
     "stream_packed_peak_extra_gib", "state_dict_full_s", "state_dict_full_peak_extra_gib", "step_s",
-    "tokens", "params_b", "steps",
+    "tokens", "params_b", "steps", "vision_forward_s", "vision_forward_device_s", "vision_attention_calls",
 )  # fmt: skip
 
 
@@ -53,6 +53,8 @@ def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     # 0.02, where bf16 rounds an lr 1e-6 step away, so a bf16 master moves only the few near zero
     assert figures["gpu_actor_moved_fp32_master"] > 0.5
     assert figures["gpu_actor_moved_bf16_master"] < 0.1 * figures["gpu_actor_moved_fp32_master"]
+    # one attention call per window and layer: the tiny tower has 2 layers, one of them windowed
+    assert figures["gpu_actor_vision_attention_calls"] > 2 and figures["gpu_actor_vision_forward_s"] > 0
     assert figures["gpu_actor_stream_buckets"] >= 1 and figures["gpu_actor_stream_bucketed_s"] > 0
     assert set(figures[LOAD_KEY]) == {"start", "end"}
     assert figures[ENVIRONMENT_KEY]["device"] == "cpu" and figures[ENVIRONMENT_KEY]["torch"]
