@@ -84,6 +84,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    missed = item.stash.get(_MISSED_TWIN, None)
+    if missed:
+        pytest.fail(missed, pytrace=False)
     spent = time.monotonic() - _STARTED
     if spent > SUITE_BUDGET_S:
         pytest.fail(
@@ -103,7 +106,39 @@ def _test_file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+#: set by scripts/test.sh in CI: the file of test ids that just passed in both twin sessions
+TWIN_RAN = "REELRL_TEST_TWIN_RAN"
+_MISSED_TWIN = pytest.StashKey[str]()
+
+
+def leave_out_twins_that_ran(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests the twin sessions ran (exact ids: pytest's ``--deselect`` matches prefixes, so
+    ``test_a`` would also take ``test_a_slow``), and mark any twin test they did not run to fail: a twin
+    test must run twice at once, and one whose file the script did not find would not have."""
+    path = os.environ.get(TWIN_RAN)
+    if not path:
+        return
+    ran = set(Path(path).read_text().split())
+    kept, left_out = [], []
+    for item in items:
+        (left_out if item.nodeid in ran else kept).append(item)
+        if item.nodeid not in ran and item.get_closest_marker("twin"):
+            item.stash[_MISSED_TWIN] = (
+                f"{item.nodeid} is marked twin but did not pass in both twin sessions that scripts/test.sh "
+                f"ran twice at once ({path}): its file was not among those the script found, or it did "
+                "not pass in both"
+            )
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    leave_out_twins_that_ran(config, items)
+    order_for_xdist(config, items)
+
+
+def order_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, files holding slow tests go first, the longest first as last recorded (files
     never recorded after them), then the rest: the two sessions start on the long runs and the many
     short tests fill in at the end, instead of one session finishing a long file alone while the other

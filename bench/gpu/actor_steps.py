@@ -98,6 +98,18 @@ def drain(stream: Iterable[Any]) -> int:
     return count
 
 
+def device_seconds(events: Iterable[Any]) -> float:
+    """Seconds the device was busy in profiled ``events``: only the device's own (kernel, copy and
+    memset) entries count. An operator's entry also carries its kernels' device time, so summing every
+    entry would count each kernel twice (the profiler's own table totals it this way too)."""
+    from torch.autograd import DeviceType
+
+    return sum(
+        e.self_device_time_total for e in events
+        if e.device_type == DeviceType.CUDA and not e.is_user_annotation
+    ) / 1e6  # fmt: skip
+
+
 def vision_forward(model: Any, prompt: Any, device: torch.device) -> dict[str, float]:
     """One no-grad forward of ``model``'s vision tower on ``prompt``'s clip under bf16 autocast, after a
     warm-up: wall seconds, device-busy seconds (the profiler's kernel time; NaN off CUDA) and the number
@@ -122,7 +134,7 @@ def vision_forward(model: Any, prompt: Any, device: torch.device) -> dict[str, f
             sync()
     events = prof.key_averages()
     calls = sum(e.count for e in events if e.key == "aten::scaled_dot_product_attention")
-    busy = sum(e.self_device_time_total for e in events) / 1e6 if cuda else math.nan
+    busy = device_seconds(events) if cuda else math.nan
     return {"vision_forward_s": seconds, "vision_forward_device_s": busy, "vision_attention_calls": calls}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.gpu.actor_steps import bf16_master_step, moved, shares
+from bench.gpu.actor_steps import bf16_master_step, device_seconds, moved, shares
 from bench.gpu.results import ENVIRONMENT_KEY, LOAD_KEY, merge
 from bench.results import is_busy
 
@@ -68,6 +68,20 @@ def test_bf16_master_rounds_small_updates_away() -> None:
     assert stepped.dtype == torch.bfloat16
     assert stepped.float().tolist() == [164 * 2**-13, 212 * 2**-21]
     assert moved(master, stepped) == 1
+
+
+def test_device_seconds_count_each_kernel_once() -> None:
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(device: DeviceType, us: float, annotation: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(device_type=device, self_device_time_total=us, is_user_annotation=annotation)
+
+    # aten::addmm carries its kernel's 60 us as its own device time; the kernel's entry is the one counted
+    events = [event(DeviceType.CPU, 60.0), event(DeviceType.CUDA, 60.0), event(DeviceType.CUDA, 15.0),
+              event(DeviceType.CUDA, 500.0, annotation=True)]  # fmt: skip
+    assert device_seconds(events) == 75e-6
 
 
 def test_moved_and_shares_count_elements() -> None:

@@ -14,8 +14,8 @@ import asyncio
 import stat
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,11 +167,10 @@ class EngineRegistry:
         stoppers, self._stoppers = self._stoppers, {}
         # all at once: each stop mostly waits (vLLM gives its worker ~3 s to exit, then joins the engine
         # core), ~5 s an engine here, and the engines share nothing that one's stop could disturb
-        with ThreadPoolExecutor(max(1, len(stoppers)), thread_name_prefix="engine-stop") as pool:
-            futures = {name: pool.submit(stop) for name, stop in stoppers.items()}
-        for name, future in futures.items():
-            if future.exception() is not None:
-                problems.append(f"engine {name} failed to stop: {future.exception()!r}")
+        failures = stop_all(stoppers)
+        for name in stoppers:
+            if name in failures:
+                problems.append(f"engine {name} failed to stop: {failures[name]}")
             # forgotten with its process: a later rollout test in this session (under pytest-xdist a
             # worker may come back to tests/rollout after other files) starts a fresh one
             self._engines.pop(name, None)
@@ -187,6 +186,28 @@ class EngineRegistry:
                 problems.append(f"engines {sorted(stoppers)} left {sorted(new)}")
             self._baseline = None
         return problems
+
+
+def stop_all(stoppers: dict[str, Callable[[], None]]) -> dict[str, str]:
+    """Call every stopper at once, each on a daemon thread (one that hangs cannot keep the process from
+    exiting; the join is where a test's timeout interrupts the wait), and return the traceback of each
+    that raised, by name."""
+    failures: dict[str, str] = {}
+
+    def run(name: str, stop: Callable[[], None]) -> None:
+        try:
+            stop()
+        except BaseException as exc:  # reported with the engine's name, not lost in a thread
+            failures[name] = "".join(traceback.format_exception(exc)).strip()
+
+    threads = [
+        threading.Thread(target=run, args=item, name=f"stop-{item[0]}", daemon=True) for item in stoppers.items()
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
 
 
 _registry: EngineRegistry | None = None
