@@ -43,7 +43,7 @@ if [ "${CI:-}" = true ] && [ $# -eq 0 ]; then
     echo "[test] two sessions side by side: the twin subset, twice at once" >&2
     logs=$(mktemp -d)
     # Only the files that mark twin tests are collected (collecting the whole suite costs each session
-    # ~10 s of imports). The main run leaves out exactly the tests both sessions passed, by id; a twin
+    # ~15 s more than the 4 files). The main run leaves out exactly the tests both sessions passed, by id; a twin
     # test this grep misses runs there and fails, naming why (tests/conftest.py, REELRL_TEST_TWIN_RAN).
     mapfile -t twin_files < <(grep -rlE --include='*.py' 'mark\.twin' tests | grep -E '/(test_[^/]*|[^/]*_test)\.py$' | sort)
     "${single[@]}" -v --color=no -m twin "${twin_files[@]}" >"$logs/a.log" 2>&1 & a=$!

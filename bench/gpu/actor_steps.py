@@ -116,25 +116,19 @@ def vision_forward(model: Any, prompt: Any, device: torch.device) -> dict[str, f
     of ``scaled_dot_product_attention`` calls."""
     from torch.profiler import ProfilerActivity, profile
 
-    visual = model.model.visual
     pixels = prompt.vision["pixel_values_videos"].to(device)
     grid = prompt.vision["video_grid_thw"].to(device)
-    cuda = device.type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    forward = lambda: model.model.visual(pixels, grid_thw=grid)  # noqa: E731
+    measured = Measure(device)  # synchronises the device around each call
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if measured.cuda else [])
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
-        visual(pixels, grid_thw=grid)  # warm-up
-        sync()
-        started = time.perf_counter()
-        visual(pixels, grid_thw=grid)
-        sync()
-        seconds = time.perf_counter() - started
+        measured(forward)  # warm-up
+        _, seconds, _, _, _ = measured(forward)
         with profile(activities=activities) as prof:
-            visual(pixels, grid_thw=grid)
-            sync()
+            measured(forward)
     events = prof.key_averages()
     calls = sum(e.count for e in events if e.key == "aten::scaled_dot_product_attention")
-    busy = device_seconds(events) if cuda else math.nan
+    busy = device_seconds(events) if measured.cuda else math.nan
     return {"vision_forward_s": seconds, "vision_forward_device_s": busy, "vision_attention_calls": calls}
 
 
