@@ -32,6 +32,7 @@ from services.rollout.consistency import position_ids
 from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
+from services.trainer.shared_vision import shared_vision
 
 log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -184,11 +185,11 @@ class PolicyModel:
         policy that is optimised is the distribution the rollout sampled from."""
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.inputs.items()}
         if self._vision is None:
-            with self._compute():
+            with self._compute(), shared_vision(self.model, inputs, mb.repeats):
                 out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
             logits = out.logits.float()
         else:
-            with self._vision.around(inputs) as zero:
+            with self._vision.around(inputs) as zero, shared_vision(self.model, inputs, mb.repeats):
                 out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
             logits = out.logits.float()
         if temperature != 1.0:

@@ -63,6 +63,11 @@ class MicroBatch:
     logits_to_keep: torch.Tensor  # (R,) columns whose logits score the responses
     # A repeat whose loss is multiplied by 0: ranks of an FSDP group must run equally many forwards.
     dummy: bool = False
+    # Per grid name ("video_grid_thw", "image_grid_thw"), where items repeat: for each item of the
+    # grid (every sequence's, in order), the index of its rows among the distinct items, whose pixel
+    # rows alone were collated (the n responses of a prompt share its clip: the vision tower encodes
+    # it once; services/trainer/shared_vision.py hands each sequence its features)
+    repeats: dict[str, list[int]] = field(default_factory=dict)
 
 
 def pack(shapes: Sequence[tuple[int, int]], token_budget: int) -> list[list[int]]:
@@ -135,17 +140,48 @@ def collate(
         if len(pos_rows) != len(chosen):
             raise ValueError("position ids must be given for every sequence of a micro-batch or for none")
         inputs["position_ids"] = torch.stack(pos_rows, dim=1)  # (3, B, L)
-    for name in (*_VISION_ROWS, *_VISION_GRIDS, *_PER_VIDEO):
+    for name in (*_VISION_GRIDS, *_PER_VIDEO):  # one row per item, of every sequence
         parts = [s.prompt.vision[name] for s in chosen if name in s.prompt.vision]
         if parts:
             inputs[name] = torch.cat(parts, dim=0)
+    repeats: dict[str, list[int]] = {}
+    for rows, grids in zip(_VISION_ROWS, _VISION_GRIDS, strict=True):
+        distinct, source = distinct_items([s.prompt for s in chosen], grids)
+        if distinct:
+            inputs[rows] = torch.cat([p.vision[rows] for p in distinct], dim=0)
+        if len(source) > sum(len(p.vision[grids]) for p in distinct):
+            repeats[grids] = source
     return MicroBatch(
         indices=list(indices),
         inputs=inputs,
         response_mask=torch.tensor(resp_mask),
         response_ids=torch.tensor(resp, dtype=torch.long),
         logits_to_keep=torch.arange(p_len - 1, p_len + r_len - 1),
+        repeats=repeats,
     )
+
+
+def distinct_items(prompts: Sequence[PromptInputs], grids: str) -> tuple[list[PromptInputs], list[int]]:
+    """The prompts holding items of ``grids`` (images or videos), each once in first-seen order, and for
+    every item of every prompt in ``prompts`` (in order) the index of that item among the distinct
+    prompts' items. A prompt is the same when it is the same object: a group's responses share theirs
+    (services/trainer/sequences.py).
+
+    Example: prompts [a, a, b] where a holds 1 video and b 2 → ([a, b], [0, 0, 1, 2])."""
+    first: dict[int, int] = {}  # id(prompt) -> index of its first item among the distinct ones
+    distinct: list[PromptInputs] = []
+    source: list[int] = []
+    count = 0
+    for prompt in prompts:
+        if grids not in prompt.vision:
+            continue
+        items = len(prompt.vision[grids])
+        if id(prompt) not in first:
+            first[id(prompt)] = count
+            distinct.append(prompt)
+            count += items
+        source.extend(range(first[id(prompt)], first[id(prompt)] + items))
+    return distinct, source
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int, value: float = 0.0) -> torch.Tensor:

@@ -22,7 +22,7 @@ from services.trainer.tracking import read_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-STEPS, VAL_FREQ, TARGET = 500, 50, 0.5
+STEPS, VAL_FREQ, TARGET = 500, 10, 0.5
 
 
 @pytest.mark.timeout(2400)  # ~2-3 min on a quiet 2-core machine when the jump comes early; 500 steps ~7
