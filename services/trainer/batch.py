@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-# Per-item vision tensors of the HF processor: concatenated over a micro-batch in sequence order.
+# Per-item vision tensors of the HF processor. Grids and per-video values are concatenated over a
+# micro-batch in sequence order; pixel rows once per distinct prompt (``MicroBatch.repeats``).
 _VISION_ROWS = ("pixel_values", "pixel_values_videos")
 _VISION_GRIDS = ("image_grid_thw", "video_grid_thw")
 _PER_VIDEO = ("second_per_grid_ts",)

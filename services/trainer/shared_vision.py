@@ -39,8 +39,11 @@ class ItemPlan:
         self.source = list(source)
         self.grid = grid
         self.distinct_grid = grid[[first[i] for i in range(len(first))]]
+        if not torch.equal(self.distinct_grid[self.source], grid):
+            raise ValueError("items numbered as one distinct item have different grids")
         patches = [int(n) for n in self.distinct_grid.prod(dim=-1).tolist()]
         merged = [n // merge**2 for n in patches]
+        self.rows = sum(patches)  # pixel rows the micro-batch holds for these items
         # rows of a tower output -> its rows per distinct item (patch-level or merged)
         self.sizes = {sum(patches): patches, sum(merged): merged}
 
@@ -82,9 +85,26 @@ def shared_vision(model: Any, inputs: dict[str, Any], repeats: dict[str, list[in
     seen: set[int] = set()
 
     def before(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        grid = kwargs.get("grid_thw", args[1] if len(args) > 1 else None)
-        plan = plans.get(id(grid)) if grid is not None else None
+        grid = _grid(args, kwargs)
+        if grid is None:
+            return None
+        plan = plans.get(id(grid))
         if plan is None:
+            # another object with a planned grid's rows (a future transformers copying it on the way):
+            # the tower would run the full grid over the distinct pixel rows and fail somewhere inside
+            pixels = args[0] if args else kwargs.get("hidden_states")
+            rows = pixels.shape[0] if isinstance(pixels, torch.Tensor) else None
+            for key, other in plans.items():
+                if (
+                    key not in seen
+                    and rows == other.rows
+                    and other.grid.shape == grid.shape
+                    and torch.equal(other.grid.cpu(), grid.cpu())
+                ):
+                    raise RuntimeError(
+                        "the vision tower was handed a copy of a shared grid, not the micro-batch's own "
+                        "tensor: transformers changed how it calls its tower (services/trainer/shared_vision.py)"
+                    )
             return None
         seen.add(id(grid))
         running.append(plan)
@@ -93,8 +113,7 @@ def shared_vision(model: Any, inputs: dict[str, Any], repeats: dict[str, list[in
         return (args[0], plan.distinct_grid, *args[2:]), kwargs
 
     def after(_module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        grid = kwargs.get("grid_thw", args[1] if len(args) > 1 else None)
-        if not running or grid is not running[-1].distinct_grid:
+        if not running or _grid(args, kwargs) is not running[-1].distinct_grid:
             return None
         return running.pop().expand(output)
 
@@ -113,3 +132,8 @@ def shared_vision(model: Any, inputs: dict[str, Any], repeats: dict[str, list[in
             f"the vision tower never encoded {missed}: their pixel rows hold distinct items only, so the "
             "model's forward could not have used them (transformers changed how it calls its tower)"
         )
+
+
+def _grid(args: tuple, kwargs: dict) -> Any:
+    """The grid argument of a tower call: ``grid_thw`` by keyword (as transformers calls it) or second."""
+    return kwargs.get("grid_thw", args[1] if len(args) > 1 else None)

@@ -72,3 +72,29 @@ def test_placeholder_and_feature_counts_must_agree_naming_the_sample() -> None:
         check_placeholders(
             PromptInputs("stray", [7] * 8 + [8], {"video_grid_thw": vision["video_grid_thw"]}), ckpt
         )
+
+
+def test_collate_keeps_a_shared_prompts_pixels_once() -> None:
+    # a group's responses share their prompt object: its pixel rows are collated once, its grid for
+    # every sequence, and each sequence's video names the distinct one it is
+    a = PromptInputs(
+        "a", [9], {"pixel_values_videos": torch.ones(2, 3), "video_grid_thw": torch.tensor([[1, 1, 2]])}
+    )
+    b = PromptInputs(
+        "b", [9], {"pixel_values_videos": torch.zeros(4, 3), "video_grid_thw": torch.tensor([[1, 2, 2]])}
+    )
+    text = PromptInputs("t", [7])
+    seqs = [
+        TokenSequence(a, [1]),
+        TokenSequence(a, [2]),
+        TokenSequence(text, [3]),
+        TokenSequence(b, [4]),
+        TokenSequence(a, [5]),
+    ]
+    mb = collate(seqs, list(range(5)), pad_id=0, positions=[None] * 5, mm_token_types=_types)
+    assert mb.inputs["pixel_values_videos"].tolist() == [[1.0] * 3] * 2 + [[0.0] * 3] * 4
+    assert mb.inputs["video_grid_thw"].tolist() == [[1, 1, 2], [1, 1, 2], [1, 2, 2], [1, 1, 2]]
+    assert mb.repeats == {"video_grid_thw": [0, 0, 1, 0]}
+    # nothing repeats: every row once, no plan
+    alone = collate(seqs[2:4], [0, 1], pad_id=0, positions=[None] * 2, mm_token_types=_types)
+    assert alone.repeats == {} and alone.inputs["pixel_values_videos"].shape == (4, 3)

@@ -134,3 +134,22 @@ def test_a_planned_modality_the_tower_never_sees_fails_loudly(tmp_path: Path, vi
         shared_vision(policy.model, inputs, {"video_grid_thw": [0, 0]}),
     ):
         pass  # a forward that never called the tower
+
+
+def test_a_copied_grid_or_mismatched_items_fail_by_name(tmp_path: Path, video_dir: Path) -> None:
+    model_path, (v0, _v1, _img) = _prompts("qwen2_5_vl", tmp_path, video_dir)
+    policy = PolicyModel(ActorConfig(model_path=str(model_path)), trainable=False, device="cpu")
+    (mb,) = policy.micro_batches([TokenSequence(v0, [11]), TokenSequence(v0, [12])], [None, None])
+    assert mb.repeats == {"video_grid_thw": [0, 0]}
+    # a transformers that hands its tower a copy of the grid: named, not an index error deep inside
+    inputs = mb.inputs
+    with (
+        pytest.raises(RuntimeError, match="copy of a shared grid"),
+        shared_vision(policy.model, inputs, mb.repeats),
+    ):
+        policy.model.model.visual(inputs["pixel_values_videos"], grid_thw=inputs["video_grid_thw"].clone())
+    grid = v0.vision["video_grid_thw"]
+    other = grid.clone()
+    other[0, 0] += 1
+    with pytest.raises(ValueError, match="different grids"):
+        ItemPlan(torch.cat([grid, other]), [0, 0], merge=2)
