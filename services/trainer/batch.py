@@ -150,7 +150,7 @@ def collate(
         distinct, source = distinct_items([s.prompt for s in chosen], grids)
         if distinct:
             inputs[rows] = torch.cat([p.vision[rows] for p in distinct], dim=0)
-        if len(source) > sum(len(p.vision[grids]) for p in distinct):
+        if len(set(source)) < len(source):
             repeats[grids] = source
     return MicroBatch(
         indices=list(indices),

@@ -95,12 +95,7 @@ def shared_vision(model: Any, inputs: dict[str, Any], repeats: dict[str, list[in
             pixels = args[0] if args else kwargs.get("hidden_states")
             rows = pixels.shape[0] if isinstance(pixels, torch.Tensor) else None
             for key, other in plans.items():
-                if (
-                    key not in seen
-                    and rows == other.rows
-                    and other.grid.shape == grid.shape
-                    and torch.equal(other.grid.cpu(), grid.cpu())
-                ):
+                if key not in seen and rows == other.rows and torch.equal(other.grid.cpu(), grid.cpu()):
                     raise RuntimeError(
                         "the vision tower was handed a copy of a shared grid, not the micro-batch's own "
                         "tensor: transformers changed how it calls its tower (services/trainer/shared_vision.py)"
