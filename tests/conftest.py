@@ -223,6 +223,15 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     os.environ["TMPDIR"] = folder
     tempfile.tempdir = None  # re-read TMPDIR
+    # wandb keeps its service logs, cache and settings in the user's home folders, shared by every
+    # session on the machine: two suites' wandb tests wrote one log folder (and both hung there).
+    # This session's wandb runs keep theirs here.
+    for var, sub in (
+        ("WANDB_CACHE_DIR", "cache"),
+        ("WANDB_CONFIG_DIR", "config"),
+        ("WANDB_DATA_DIR", "data"),
+    ):
+        os.environ[var] = str(Path(folder) / "wandb" / sub)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

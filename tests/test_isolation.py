@@ -57,6 +57,11 @@ def test_each_session_claims_its_own_redis_database_and_temp_folder(redis_url, t
     db = int(redis_url.rsplit("/", 1)[1])
     assert claim_holder(db) == str(os.getpid()).encode(), "the session's database is claimed by this process"
     assert Path(tempfile.gettempdir()).name.startswith(f"rt{os.getpid()}-")
+    # wandb's service logs, cache and settings (otherwise in the user's home, shared by every session)
+    from wandb import env as wandb_env
+
+    for folder in (wandb_env.get_cache_dir(), wandb_env.get_data_dir(), os.environ[wandb_env.CONFIG_DIR]):
+        assert Path(folder).is_relative_to(tempfile.gettempdir()), folder
     if os.environ.get(CHILD_OUT):  # the second session started below: report what it was given
         Path(os.environ[CHILD_OUT]).write_text(f"{redis_url}\n{tempfile.gettempdir()}\n{os.getpid()}")
         return

@@ -12,6 +12,8 @@ import pytest
 from services.trainer.tracking import MetricsLogger, read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
+#: reading a few records takes well under a second alone; this is minutes of margin for a loaded machine
+INSPECT_TIMEOUT_S = 180
 
 
 def test_tensorboard_and_jsonl_get_every_step(tmp_path: Path) -> None:
@@ -59,12 +61,19 @@ def _wandb_history(output_dir: Path) -> tuple[set[str], list[dict]]:
     wandb_cli = Path(sys.executable).with_name("wandb")
     run_ids, rows = set(), []
     for path in sorted((output_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        out = subprocess.run(
-            [str(wandb_cli), "leet", "inspect", "--json", str(path)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        try:
+            out = subprocess.run(
+                [str(wandb_cli), "leet", "inspect", "--json", str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=INSPECT_TIMEOUT_S,
+            ).stdout
+        except subprocess.TimeoutExpired as exc:
+            # a reader that never returns fails this test by name, not the whole session by the watchdog
+            pytest.fail(
+                f"`wandb leet inspect` did not finish in {INSPECT_TIMEOUT_S} s on {path}: {exc.stderr!r}"
+            )
         for line in out.splitlines():
             record = json.loads(line)
             if record["type"] == "run":
