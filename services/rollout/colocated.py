@@ -231,6 +231,40 @@ class ColocatedRolloutEngine(RolloutEngine):
         self.seedable = seeds_supported(kwargs, on_cpu())
         self.llm = self._start(lambda: LLM(**kwargs))
 
+    def rollout(self, samples: Sequence[Any], n: int | None = None, **kwargs: Any) -> list[Any]:
+        """As :meth:`RolloutEngine.rollout`, in step with every other engine of the world. Under the
+        external launcher vLLM's data-parallel engines step together: each pass of a generate loop
+        all-reduces "any request unfinished?" over the engines (``LLMEngine.has_unfinished_requests``,
+        vLLM 0.32), so an engine that never enters the loop leaves the others waiting for good. An
+        engine given no samples, or whose samples fail before its loop ran (e.g. one refused by name),
+        still runs the loop with no requests of its own until the others finish; the error is raised
+        after."""
+        self._looped = False
+        try:
+            groups = super().rollout(samples, n, **kwargs) if samples else []
+        except BaseException:
+            if not self._looped:
+                try:
+                    self._idle_loop()
+                except Exception:  # the error that brought us here is the one to report
+                    log.exception("colocated engine %d: could not step with the others", self.engine_index)
+            raise
+        if not self._looped:
+            self._idle_loop()
+        return groups
+
+    def _run_requests(self, prompts: list[Any], params: list[Any]) -> list[Any]:
+        outputs = super()._run_requests(prompts, params)
+        self._looped = True
+        return outputs
+
+    def _idle_loop(self) -> None:
+        """Step with the other engines, with no requests of this one's, until none has any left."""
+        self._check_ready("step with the other engines")
+        with self._calling():
+            self.llm.wait_for_completion(use_tqdm=False)
+        self._looped = True
+
     def load_from(self, model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> int:
         """The FSDP ``model``'s weights into this rank's engine (:func:`load_from_model`, all ranks at
         once); returns the engine's new weight version."""

@@ -80,14 +80,18 @@ class RolloutEngine(EngineBase):
             sampling_params(self.config, n, banned, **overrides, **({} if seed is None else {"seed": seed}))
             for n, seed in zip(counts, seeds, strict=True)
         ]
-        with self._calling():
-            outputs = self.llm.generate([item.prompt for item in inputs], params, use_tqdm=False)
+        outputs = self._run_requests([item.prompt for item in inputs], params)
         results = []
         for item, output in zip(inputs, outputs, strict=True):
             prompt_ids = list(output.prompt_token_ids)
             check_feature_count(item, prompt_ids, self.checkpoint.video_token_id)
             results.append((prompt_ids, [response_from(c, self.weight_version) for c in output.outputs]))
         return results
+
+    def _run_requests(self, prompts: list[Any], params: list[Any]) -> list[Any]:
+        """vLLM's outputs for ``prompts`` (one sampling parameter set each), in order."""
+        with self._calling():
+            return self.llm.generate(prompts, params, use_tqdm=False)
 
     def rollout(
         self,

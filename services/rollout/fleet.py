@@ -159,12 +159,17 @@ class Fleet:
         while pending:
             live = self._serving()
             split = routing.assign([costs[i] for i in pending], len(live), [samples[i].id for i in pending])
+            shards = routing.shards(split, range(len(live)))
+            if not self.independent:
+                # colocated shards generate in step (each pass of one's loop waits for all of them:
+                # ColocatedRolloutEngine.rollout), so one left without groups is still called, with none
+                shards = {e: shards.get(e, []) for e in range(len(live))}
             calls = {
                 self._pool.submit(
                     live[e].engine.rollout, [samples[pending[j]] for j in ids], n=n, mix_policy=mix_policy,
                     key=key, **overrides,
                 ): (live[e], [pending[j] for j in ids])
-                for e, ids in routing.shards(split, range(len(live))).items()
+                for e, ids in shards.items()
             }  # fmt: skip
             retry: list[int] = []
             deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
@@ -179,6 +184,11 @@ class Fleet:
                     continue
                 except Exception as exc:
                     self._fail(member, f"{type(exc).__name__}: {exc}")
+                    retry += ids
+                    continue
+                answered, asked = [g.sample_id for g in groups], [samples[i].id for i in ids]
+                if answered != asked:  # pairing by position would hand one sample's responses to another
+                    self._fail(member, f"answered samples {answered} when asked for {asked}")
                     retry += ids
                     continue
                 for i, group in zip(ids, self._fleet_versions(member, groups), strict=True):
@@ -202,8 +212,17 @@ class Fleet:
             pushed = self._push_pass(live, weights)
         else:
             pushed = self._each(live, lambda m: m.engine.push_weights(weights))
+        recorded = []
         for member in pushed:
-            self._record_push(member, version)
+            try:
+                self._record_push(member, version)
+            except StaleWeights:
+                raise
+            except Exception as exc:  # e.g. an actor that died right after its push: asking fails
+                self._fail(member, f"weight version after the push: {type(exc).__name__}: {exc}")
+                continue
+            recorded.append(member)
+        pushed = recorded
         if not pushed:
             raise FleetError(f"no engine took the new weights: {self._failure_summary()}")
         self.weight_version = version
@@ -397,6 +416,7 @@ class Fleet:
         *,
         fail: Callable[[_Member, str], None] | None = None,
         refusals: tuple[type[BaseException], ...] = (ValueError, StaleWeights),
+        what: str = "weight push",
     ) -> list[_Member]:
         """``call`` on every member at once, within ``timeout_s`` from now; returns the members it
         succeeded on. A member that raises or runs past the deadline is failed (``fail``,
@@ -412,17 +432,27 @@ class Fleet:
             except refusals:
                 raise
             except FutureTimeout as exc:
-                fail(member, "weight push: " + _timeout_reason(future, exc, "took more than", self.timeout_s))
+                fail(member, f"{what}: " + _timeout_reason(future, exc, "took more than", self.timeout_s))
             except Exception as exc:
-                fail(member, f"weight push: {type(exc).__name__}: {exc}")
+                fail(member, f"{what}: {type(exc).__name__}: {exc}")
         return done
 
     def sleep(self, level: int = 1) -> bool:
-        """Every serving engine sleeps (see ``RolloutEngine.sleep``); False where none could."""
-        return any([m.engine.sleep(level) for m in self._serving()])
+        """Every serving engine sleeps (see ``RolloutEngine.sleep``); False where none could. An engine
+        that fails to is dropped as in a rollout (its replacement starts awake)."""
+        return self._on_each("sleep", lambda m: m.engine.sleep(level))
 
     def wake_up(self) -> bool:
-        return any([m.engine.wake_up() for m in self._serving()])
+        return self._on_each("wake-up", lambda m: m.engine.wake_up())
+
+    def _on_each(self, what: str, call: Callable[[_Member], bool]) -> bool:
+        answers: dict[int, bool] = {}
+
+        def ask(member: _Member) -> None:
+            answers[member.index] = bool(call(member))
+
+        self._each(self._serving(), ask, what=what, refusals=(ValueError,))  # the setting's, not an engine's
+        return any(answers.values())
 
     def pop_metrics(self) -> dict[str, float]:
         """``rollout/engine_failures`` since the last call (engines dropped or timed out), and
@@ -516,7 +546,13 @@ class Fleet:
 
         def replace() -> Any:
             _stop(broken, [])  # frees its processes and placement group (a hung actor is killed)
-            return restart(member.index) if restart is not None else None
+            if restart is None or self._closed:
+                return None
+            engine = restart(member.index)
+            if self._closed:  # shut down while it started (a shutdown waits RESTART_WAIT_S at most)
+                _stop(engine, [])
+                return None
+            return engine
 
         member.restart = self._pool.submit(replace)
 

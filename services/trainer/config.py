@@ -317,39 +317,51 @@ class TrainConfig(_Section):
 
 
 def fleet_problems(config: TrainConfig) -> list[str]:
-    """What is statically wrong with the rollout fleet's settings (the hardware is checked at start,
+    """Everything statically wrong with the rollout fleet's settings (the hardware is checked at start,
     ``services.trainer.placement``)."""
-    rollout, world = config.rollout, config.actor.world_size
+    rollout, trainer, world = config.rollout, config.trainer, config.actor.world_size
     tp = rollout.engine.tensor_parallel_size
+    problems: list[str] = []
     if rollout.placement == "colocated":
         if world % tp:
-            return [
+            problems.append(
                 f"rollout.placement=colocated puts one engine on every rollout.engine.tensor_parallel_size="
                 f"{tp} actor ranks: actor.world_size={world} must be a multiple of it"
-            ]
-        if rollout.engines is not None and rollout.engines != world // tp:
-            return [
+            )
+        elif rollout.engines is not None and rollout.engines != world // tp:
+            problems.append(
                 f"rollout.engines={rollout.engines} contradicts rollout.placement=colocated, where it follows "
                 f"from actor.world_size / tensor_parallel_size = {world} / {tp} = {world // tp}: drop "
                 "rollout.engines"
-            ]
-    if rollout.engine.in_process is not None and rollout.placement == "colocated":
-        return [
-            "rollout.engine.in_process does not apply to rollout.placement=colocated: a colocated shard "
-            "always runs in its actor rank's process; drop rollout.engine.in_process"
-        ]
+            )
+        if not trainer.use_ray:
+            problems.append(
+                "rollout.placement=colocated hosts the engines inside the actor ranks, which run as Ray "
+                "actors: set trainer.use_ray=true (or rollout.placement=driver for engines in this process)"
+            )
+        if rollout.engine.in_process is not None:
+            problems.append(
+                "rollout.engine.in_process does not apply to rollout.placement=colocated: a colocated shard "
+                "always runs in its actor rank's process; drop rollout.engine.in_process"
+            )
     if rollout.engine.in_process and rollout.placement == "driver" and (rollout.engines or 1) > 1:
-        return [
+        problems.append(
             f"rollout.engine.in_process=true with rollout.engines={rollout.engines}: engines in one process "
             "generate one at a time (one interpreter), so a fleet gains nothing; drop "
             "rollout.engine.in_process (a fleet's engines run in processes of their own)"
-        ]
-    if rollout.placement == "disaggregated" and not config.trainer.use_ray:
-        return [
-            "rollout.placement=disaggregated runs the engines as Ray actors: set trainer.use_ray=true "
-            "(or rollout.placement=driver for engines in this process)"
-        ]
-    return []
+        )
+    if rollout.placement == "disaggregated":
+        if not trainer.use_ray:
+            problems.append(
+                "rollout.placement=disaggregated runs the engines as Ray actors: set trainer.use_ray=true "
+                "(or rollout.placement=driver for engines in this process)"
+            )
+        if "rollout_on_ray" in trainer.model_fields_set and not trainer.rollout_on_ray:
+            problems.append(
+                "trainer.rollout_on_ray=false (the engine in the driver) contradicts "
+                "rollout.placement=disaggregated (engines as Ray actors): drop one of them"
+            )
+    return problems
 
 
 class TrainJobConfig(TrainConfig):

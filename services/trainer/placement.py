@@ -49,24 +49,37 @@ def resolve(config: TrainConfig, *, cuda: bool) -> Layout:
         resolved = config.model_copy(update={"rollout": rollout.model_copy(update={"placement": placement})})
         problems = fleet_problems(resolved)
         if problems:
-            raise PlacementError(f"rollout.placement (null) resolved to {placement} here: {problems[0]}")
+            raise PlacementError(
+                f"rollout.placement (null) resolved to {placement} here: {'; '.join(problems)}"
+            )
     tp = rollout.engine.tensor_parallel_size
     engines = config.actor.world_size // tp if placement == "colocated" else rollout.engines or 1
     return Layout(placement, engines, tp)
 
 
-def check_hardware(config: TrainConfig, layout: Layout, *, cuda: bool, ray_resources: dict | None) -> None:
-    """Refuse a layout this machine (or the Ray cluster, ``ray_resources``: its free resources) cannot
-    hold. Disaggregated engines need GPUs beside the actor ranks' when the cluster has GPUs, and CPUs."""
-    if layout.placement == "colocated":
-        if not cuda and not config.trainer.use_ray:
+def check_hardware(
+    config: TrainConfig, layout: Layout, *, cuda: bool, ray_resources: dict | None, gpus: int = 0
+) -> None:
+    """Refuse a layout this machine (``gpus``: the CUDA devices it sees) or the Ray cluster
+    (``ray_resources``: its free resources) cannot hold. Disaggregated engines need GPUs beside the
+    actor ranks' when the cluster has GPUs, and CPUs; engines in the driver share its first GPUs."""
+    if layout.placement == "driver" and cuda:
+        engine, tp = config.rollout.engine, layout.tensor_parallel_size
+        if tp > gpus:
             raise PlacementError(
-                "rollout.placement=colocated shares the actor ranks' GPUs with the engines (vLLM sleep "
-                "mode frees them for the update), and this machine has no CUDA device: set "
-                "rollout.placement=driver (engines in the trainer's process) or disaggregated, or "
-                "trainer.use_ray=true (shards in the Ray ranks, sharing their memory: no sleep mode on CPU)"
+                f"rollout.placement=driver: an engine of rollout.engine.tensor_parallel_size={tp} needs {tp} "
+                f"GPU(s), this machine has {gpus}: lower tensor_parallel_size, or run the engines as Ray "
+                "actors (rollout.placement=disaggregated) on a cluster with the GPUs"
             )
-        return
+        share = layout.engines * engine.gpu_memory_utilization
+        if engine.kv_cache_gib is None and share > 1:
+            raise PlacementError(
+                f"rollout.placement=driver: the {layout.engines} engines share the driver's first {tp} GPU(s), "
+                f"each taking rollout.engine.gpu_memory_utilization={engine.gpu_memory_utilization:g} of "
+                f"their memory, {share:g} in all (and rank 0's actor needs room there too): lower "
+                "rollout.engines or gpu_memory_utilization, or set rollout.placement=colocated or "
+                "disaggregated"
+            )
     if layout.placement == "disaggregated":
         free = ray_resources or {}
         trainer = config.trainer
@@ -255,7 +268,8 @@ def start_fleet(
         import ray
 
         resources = {**ray.available_resources(), "GPU_total": ray.cluster_resources().get("GPU", 0)}
-    check_hardware(config, layout, cuda=cuda, ray_resources=resources)
+    gpus = torch.cuda.device_count() if cuda else 0
+    check_hardware(config, layout, cuda=cuda, ray_resources=resources, gpus=gpus)
     log.info(
         "rollout: %d engine(s), placement %s, tensor parallel %d",
         layout.engines, layout.placement, layout.tensor_parallel_size,

@@ -134,6 +134,9 @@ def group_stream(
         for entry, tensor in _paired(stream, group):
             with torch.no_grad():
                 value = tensor.detach().to(device=device, dtype=entry.dtype).contiguous()
+            del (
+                tensor
+            )  # the gathered original (e.g. fp32) goes before the next is gathered: only the bucket stays
             if value.data_ptr() in held:  # tied weights share storage, which safetensors refuses
                 value = value.clone()
             held.add(value.data_ptr())
@@ -169,7 +172,11 @@ def packed_buckets(
     stream = ((n, full(t)) for n, t in state.items())  # gathered one at a time, as asked for
     for group in plan(manifest(state, dtype), bucket_mb):
         flat, offsets = empty_bucket(slots_for(group), device) if keep else (None, [0] * len(group))
-        for offset, (entry, value) in zip(offsets, _paired(stream, group), strict=True):
+        # a plain loop, not zip or enumerate: their reused result tuple would keep the last tensor
+        # alive while the next is gathered
+        offsets = iter(offsets)
+        for entry, value in _paired(stream, group):
+            offset = next(offsets)
             if flat is not None:
                 with torch.no_grad():
                     place(flat, offset, value, entry.dtype)
@@ -183,12 +190,15 @@ def packed_buckets(
 def _paired(
     stream: Iterator[tuple[str, torch.Tensor]], group: Sequence[Entry]
 ) -> Iterator[tuple[Entry, torch.Tensor]]:
-    """The next ``len(group)`` tensors of ``stream``, each with its planned entry (names must agree)."""
+    """The next ``len(group)`` tensors of ``stream``, each with its planned entry (names must agree).
+    Holds no tensor while it asks for the next: a gathered one lives only as long as its consumer keeps it,
+    so the extra memory of a push is its bucket and the one tensor being gathered."""
     for entry in group:
         name, tensor = next(stream)
         if name != entry.name:
             raise RuntimeError(f"weight stream sent {name!r} where the plan has {entry.name!r}")
         yield entry, tensor
+        del tensor
 
 
 def slots_for(group: Sequence[Entry]) -> list[tuple[str, tuple[int, ...], str]]:

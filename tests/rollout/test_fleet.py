@@ -30,6 +30,7 @@ class Recording:
         self.events: list[str] = []
         self.stopped = False
         self.release = threading.Event()
+        self.sleeps = False  # whether sleep and wake_up report releasing memory (a GPU engine's would)
 
     def rollout(self, samples, n=None, *, mix_policy=None, key=None, **overrides) -> list[RolloutGroup]:
         self.events.append("rollout")
@@ -42,6 +43,8 @@ class Recording:
             raise TimeoutError(f"{self.name} gave up")
         if self.fail == "refuse":
             raise ValueError(f"sample {samples[0].id!r}: too long")
+        if self.fail == "reverse":
+            samples = samples[::-1]
         self.served.append([s.id for s in samples])
         self.seeds += zip([s.id for s in samples], group_seeds(0, key, samples), strict=True)
         version = self.weight_version - 1 if self.labels_lag else self.weight_version
@@ -108,10 +111,12 @@ class Recording:
         return len(self.buckets)
 
     def sleep(self, level: int = 1) -> bool:
-        return False
+        if self.fail == "sleep":
+            raise RuntimeError(f"{self.name}'s actor died")
+        return self.sleeps
 
     def wake_up(self) -> bool:
-        return False
+        return self.sleeps
 
     def shutdown(self) -> None:
         self.stopped = True
@@ -219,6 +224,73 @@ def test_a_colocated_engine_s_failure_fails_the_call_without_re_sending_or_stopp
     assert a.stopped and b.stopped
 
 
+def test_every_colocated_engine_is_called_even_with_no_groups_of_its_own() -> None:
+    # colocated shards generate in step (each pass of one's loop waits for all): one sample still calls
+    # both engines, the idle one with none; independent engines are called only with work
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, independent=False) as f:
+        assert [g.sample_id for g in f.rollout(samples(1))] == ["s0"]
+    assert sorted(map(len, a.served + b.served)) == [0, 1]
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b) as f:
+        f.rollout(samples(1))
+    assert a.served + b.served == [["s0"]]
+
+
+def test_an_engine_that_answers_out_of_order_fails_and_its_groups_go_elsewhere() -> None:
+    a, b = Recording("a"), Recording("b", fail="reverse")
+    with fleet(a, b) as f:
+        assert [g.sample_id for g in f.rollout(samples(4))] == ["s0", "s1", "s2", "s3"]
+        assert f.last_engines == [0, 0, 0, 0]
+        assert f.members[1].failures == ["answered samples ['s3', 's1'] when asked for ['s1', 's3']"]
+        assert f.pop_metrics()["rollout/engine_failures"] == 1.0
+
+
+def test_an_engine_that_fails_to_sleep_is_dropped_and_the_others_sleep() -> None:
+    a, b = Recording("a"), Recording("b", fail="sleep")
+    a.sleeps = True
+    _, restart = restarts()
+    with fleet(a, b, restart=restart) as f:
+        assert f.sleep(1) is True
+        assert f.members[1].failures == ["sleep: RuntimeError: b's actor died"]
+        assert f.pop_metrics() == {"rollout/engine_failures": 1.0, "rollout/engines_alive": 1.0}
+        assert f.wake_up() is True
+    a, b = Recording("a"), Recording("b", fail="sleep")
+    with fleet(a, b, independent=False) as f, pytest.raises(FleetError, match="engine 1 failed \\(sleep: "):
+        f.sleep(1)  # a colocated shard: the step fails by name
+
+
+class VersionLost(Recording):
+    """Takes a push, then its actor dies before it can say which weights it holds."""
+
+    lost = False
+
+    def push_weights(self, weights: Any) -> float:
+        took = super().push_weights(weights)
+        self.lost = True
+        return took
+
+    @property
+    def weight_version(self) -> int:
+        if self.lost:
+            raise RuntimeError(f"{self.name}'s actor died")
+        return self._version
+
+    @weight_version.setter
+    def weight_version(self, value: int) -> None:
+        self._version = value
+
+
+def test_an_engine_that_dies_before_reporting_its_weight_version_is_dropped() -> None:
+    a, b = Recording("a"), VersionLost("b")
+    with fleet(a, b) as f:
+        f.push_weights({"w": 1})
+        assert f.weight_version == 1 and a.weight_version == 1
+        assert f.members[1].failures == ["weight version after the push: RuntimeError: b's actor died"]
+        assert [g.sample_id for g in f.rollout(samples(2))] == ["s0", "s1"]
+        assert f.last_engines == [0, 0]
+
+
 def test_when_every_engine_fails_the_call_fails_naming_them() -> None:
     f = fleet(Recording("a", fail="raise"), Recording("b", fail="raise"))
     with (
@@ -309,6 +381,30 @@ def test_shutdown_stops_every_engine_even_when_one_fails() -> None:
         f.shutdown()
     assert a.stopped and b.stopped and c.stopped
     f.shutdown()  # idempotent
+
+
+def test_a_replacement_that_starts_after_shutdown_gave_up_waiting_is_stopped(monkeypatch) -> None:
+    import services.rollout.fleet as fleet_module
+
+    monkeypatch.setattr(fleet_module, "RESTART_WAIT_S", 0.1)
+    go, made = threading.Event(), []
+
+    def slow_restart(index: int) -> Recording:
+        go.wait(30)  # a cold start still under way when the fleet shuts down
+        made.append(Recording(f"new{index}"))
+        return made[-1]
+
+    a, b = Recording("a"), Recording("b", fail="raise")
+    f = fleet(a, b, restart=slow_restart)
+    f.rollout(samples(2))  # b fails: its replacement starts in the background
+    future = f.members[1].restart
+    f.shutdown()  # gives up on the replacement after 0.1 s
+    assert a.stopped and b.stopped and not made
+    go.set()
+    assert future.result(timeout=30) is None
+    assert len(made) == 1 and made[0].stopped, (
+        "a replacement that came up after the shutdown was left running"
+    )
 
 
 class Ranks:

@@ -17,12 +17,15 @@ def config(**sections):
 
 def test_colocated_engines_follow_from_the_ranks() -> None:
     cfg = config(
-        actor={"world_size": 8}, rollout={"placement": "colocated", "engine": {"tensor_parallel_size": 2}}
+        actor={"world_size": 8},
+        rollout={"placement": "colocated", "engine": {"tensor_parallel_size": 2}},
+        trainer={"use_ray": True},
     )
     assert resolve(cfg, cuda=True) == Layout("colocated", 4, 2)
     same = config(
         actor={"world_size": 8},
         rollout={"placement": "colocated", "engines": 4, "engine": {"tensor_parallel_size": 2}},
+        trainer={"use_ray": True},
     )
     assert resolve(same, cuda=True).engines == 4
 
@@ -73,9 +76,9 @@ def test_other_placements_default_to_one_engine_and_null_picks_by_hardware() -> 
 
 
 def test_hardware_that_cannot_hold_the_placement_is_refused_naming_the_way_out() -> None:
-    colocated = config(actor={"world_size": 2}, rollout={"placement": "colocated"})
-    with pytest.raises(PlacementError, match=r"no CUDA device: set rollout.placement=driver"):
-        check_hardware(colocated, resolve(colocated, cuda=False), cuda=False, ray_resources=None)
+    # colocated shards on CPU share the Ray ranks' memory (no sleep mode): nothing to refuse
+    colocated = config(actor={"world_size": 2}, rollout={"placement": "colocated"}, trainer={"use_ray": True})
+    check_hardware(colocated, resolve(colocated, cuda=False), cuda=False, ray_resources=None)
     cfg = config(rollout={"placement": "disaggregated", "engines": 4, "engine": {"tensor_parallel_size": 2}},
                  trainer={"use_ray": True})  # fmt: skip
     layout = resolve(cfg, cuda=True)
@@ -89,9 +92,43 @@ def test_hardware_that_cannot_hold_the_placement_is_refused_naming_the_way_out()
 
 
 def test_colocated_needs_the_ranks_on_ray() -> None:
-    cfg = config(actor={"world_size": 2}, rollout={"placement": "colocated"})
+    with pytest.raises(
+        ConfigError, match=r"inside the actor ranks, which run as Ray actors: set trainer.use_ray"
+    ):
+        config(actor={"world_size": 2}, rollout={"placement": "colocated"})
+    # and at start, for a group that is not on Ray whatever the config says
+    cfg = config(actor={"world_size": 2}, rollout={"placement": "colocated"}, trainer={"use_ray": True})
     with pytest.raises(PlacementError, match=r"set trainer.use_ray=true"):
-        start_colocated(cfg, resolve(cfg, cuda=True), "m", cfg.effective_rollout())
+        start_colocated(cfg, resolve(cfg, cuda=True), "m", cfg.effective_rollout(), group=None)
+
+
+def test_every_contradiction_is_named_at_once() -> None:
+    with pytest.raises(ConfigError) as refused:
+        config(
+            actor={"world_size": 8},
+            rollout={"placement": "colocated", "engines": 3, "engine": {"tensor_parallel_size": 2}},
+        )
+    message = str(refused.value)
+    assert "rollout.engines=3 contradicts" in message and "set trainer.use_ray=true" in message
+    with pytest.raises(
+        ConfigError, match=r"trainer.rollout_on_ray=false .* contradicts rollout.placement=disagg"
+    ):
+        config(rollout={"placement": "disaggregated"}, trainer={"use_ray": True, "rollout_on_ray": False})
+    config(rollout={"placement": "disaggregated"}, trainer={"use_ray": True, "rollout_on_ray": True})
+
+
+def test_engines_in_the_driver_must_fit_its_gpus() -> None:
+    wide = config(rollout={"placement": "driver", "engine": {"tensor_parallel_size": 2}})
+    with pytest.raises(PlacementError, match=r"tensor_parallel_size=2 needs 2 GPU\(s\), this machine has 1"):
+        check_hardware(wide, resolve(wide, cuda=True), cuda=True, ray_resources=None, gpus=1)
+    check_hardware(wide, resolve(wide, cuda=True), cuda=True, ray_resources=None, gpus=2)
+    check_hardware(wide, resolve(wide, cuda=False), cuda=False, ray_resources=None)  # CPU: no GPUs asked
+    two = config(rollout={"placement": "driver", "engines": 2, "engine": {"kv_cache_gib": None}})
+    with pytest.raises(PlacementError, match=r"2 engines share .*=0.6 of their memory, 1.2 in all"):
+        check_hardware(two, resolve(two, cuda=True), cuda=True, ray_resources=None, gpus=1)
+    small = config(rollout={"placement": "driver", "engines": 2,
+                            "engine": {"kv_cache_gib": None, "gpu_memory_utilization": 0.3}})  # fmt: skip
+    check_hardware(small, resolve(small, cuda=True), cuda=True, ray_resources=None, gpus=1)
 
 
 @pytest.mark.parametrize("name", ["qwen2_5_vl_7b_dapo", "qwen2_5_vl_7b_luffy", "qwen3_vl_8b_grpo"])

@@ -124,8 +124,10 @@ def test_after_a_push_both_engines_sample_from_the_new_weights(
             p.add_(0.05 * torch.randn(p.shape, generator=generator))
     sample = video_sample(FAMILY, "wide", "pushed")
     version = fleet.weight_version
+    counts = [m.engine.weight_version for m in fleet.members]  # each engine's own count of pushes
     fleet.push_weights(ray_fleet.ray.put(new.state_dict()))
     assert fleet.weight_version == version + 1
+    assert [m.engine.weight_version for m in fleet.members] == [c + 1 for c in counts], "both took it"
     for member in fleet.members:
         (group,) = member.engine.rollout([sample], key=SeedKey(2))
         for response in group.responses:
@@ -133,7 +135,7 @@ def test_after_a_push_both_engines_sample_from_the_new_weights(
             assert gap(hf_logprobs(local, old, sample, response.token_ids), response.logprobs) > 1e-3
     groups = fleet.rollout([sample, video_sample(FAMILY, "tall_in_time", "pushed-2")], key=SeedKey(2))
     assert sorted(fleet.last_engines) == [0, 1]
-    assert {r.weight_version for g in groups for r in g.responses} == {version + 1}
+    assert {r.weight_version for g in groups for r in g.responses} == {version + 1}  # the fleet's label
 
 
 def test_buckets_by_reference_reach_both_engines_each_before_the_next_is_made(

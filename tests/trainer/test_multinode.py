@@ -46,6 +46,9 @@ def test_two_ranks_and_two_engines_on_two_nodes_train_and_resume(tmp_path: Path)
                 "trainer.ray_address": cluster.address, "trainer.output_dir": str(out),
                 "trainer.total_steps": steps, "trainer.val_freq": 0, "trainer.save_freq": 1,
                 "trainer.loggers": "[jsonl]",
+                # validation (before the first step, after the last) on one sample: one engine serves
+                # it and the other, with nothing to do, must still step with it, or it waits for good
+                "trainer.val_limit": 1, "rollout.engine_timeout_s": 300,
             }  # fmt: skip
             command = [
                 sys.executable,
@@ -70,6 +73,7 @@ def test_two_ranks_and_two_engines_on_two_nodes_train_and_resume(tmp_path: Path)
         assert "resumed from" in second.stderr and "at step 2" in second.stderr
         rows = read_metrics(out / "metrics.jsonl")
         assert [r["step"] for r in rows if r["step"] > 0] == [1, 2, 3]
+        assert [r["step"] for r in rows if "val/accuracy" in r] == [0, 2, 3]  # each run's validations
         for r in rows:
             if r["step"] > 0:
                 assert r["actor/rollout_logprob_diff_max"] < 1e-4, r

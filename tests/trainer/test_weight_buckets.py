@@ -123,6 +123,46 @@ def test_packed_buckets_hold_one_buffer_when_the_sender_drops_each_sent_one(monk
     assert alive_at_allocation == [False, False, False]
 
 
+def tracking_gather():
+    """A stand-in for ``full()`` that returns a fresh copy, as gathering a DTensor does, and notes at each
+    gather which earlier copies are still alive."""
+    import weakref
+
+    made: list[weakref.ref] = []
+    alive_at_gather: list[list[int]] = []
+
+    def gather(tensor: torch.Tensor) -> torch.Tensor:
+        alive_at_gather.append([i for i, ref in enumerate(made) if ref() is not None])
+        fresh = tensor.detach().clone()
+        made.append(weakref.ref(fresh))
+        return fresh
+
+    return gather, alive_at_gather
+
+
+def test_a_bucket_stream_holds_no_gathered_tensor_while_gathering_the_next():
+    """Cast to bf16 as it is bucketed, each gathered fp32 tensor is gone before the next is gathered: the
+    extra memory is the bucket and one gathered tensor, not two."""
+    from services.trainer.weight_buckets import group_stream
+
+    state = {name: torch.ones(8, 8) for name in "abcd"}
+    gather, alive_at_gather = tracking_gather()
+    stream = ((name, gather(t)) for name, t in state.items())
+    out = list(group_stream(stream, manifest(state, torch.bfloat16), bucket_mb=256 / MiB))  # 2 a bucket
+    assert [list(bucket) for bucket in out] == [["a", "b"], ["c", "d"]]
+    assert alive_at_gather == [[], [], [], []]
+
+
+def test_packed_buckets_hold_no_gathered_tensor_while_gathering_the_next(monkeypatch):
+    from services.trainer import weight_buckets
+
+    gather, alive_at_gather = tracking_gather()
+    monkeypatch.setattr(weight_buckets, "full", gather)
+    drained = list(weight_buckets.packed_buckets(Tied(), torch.bfloat16, 100 / MiB, "cpu", keep=True))
+    assert len(drained) == 3
+    assert alive_at_gather == [[]] * len(Tied().state_dict())
+
+
 def test_fsdp2_parameters_are_gathered_per_tensor(tmp_path):
     """One gloo rank holding FSDP2-sharded (DTensor) parameters: the buckets are the full tensors."""
     import torch.distributed as dist
