@@ -111,6 +111,10 @@ class Fleet:
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(engines)), thread_name_prefix="fleet")
         self._lock = threading.Lock()
         self._closed = False
+        #: clear while the engines sleep for the update: a replacement starts awake, taking its share of
+        #: the device, so it waits for the wake-up (or the shutdown)
+        self._awake = threading.Event()
+        self._awake.set()
         self.last_engines: list[int] = []
         #: the weight-broadcast group as last formed: (sender, its token, the member engines); None: none
         self._group: tuple[str, Any, tuple[Any, ...]] | None = None
@@ -440,10 +444,16 @@ class Fleet:
     def sleep(self, level: int = 1) -> bool:
         """Every serving engine sleeps (see ``RolloutEngine.sleep``); False where none could. An engine
         that fails to is dropped as in a rollout (its replacement starts awake)."""
-        return self._on_each("sleep", lambda m: m.engine.sleep(level))
+        self._awake.clear()
+        slept = self._on_each("sleep", lambda m: m.engine.sleep(level))
+        if not slept:  # nothing was released (no sleep mode): no wake-up follows, and nothing to wait for
+            self._awake.set()
+        return slept
 
     def wake_up(self) -> bool:
-        return self._on_each("wake-up", lambda m: m.engine.wake_up())
+        woke = self._on_each("wake-up", lambda m: m.engine.wake_up())
+        self._awake.set()
+        return woke
 
     def _on_each(self, what: str, call: Callable[[_Member], bool]) -> bool:
         answers: dict[int, bool] = {}
@@ -469,6 +479,7 @@ class Fleet:
         if self._closed:
             return
         self._closed = True
+        self._awake.set()  # a replacement waiting for the wake-up gives up now
         errors: list[BaseException] = []
         for member in self.members:
             if member.restart is not None:
@@ -546,6 +557,7 @@ class Fleet:
 
         def replace() -> Any:
             _stop(broken, [])  # frees its processes and placement group (a hung actor is killed)
+            self._awake.wait()  # not while the others sleep: it would take the update's memory
             if restart is None or self._closed:
                 return None
             engine = restart(member.index)

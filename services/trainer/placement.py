@@ -58,12 +58,16 @@ def resolve(config: TrainConfig, *, cuda: bool) -> Layout:
 
 
 def check_hardware(
-    config: TrainConfig, layout: Layout, *, cuda: bool, ray_resources: dict | None, gpus: int = 0
+    config: TrainConfig, layout: Layout, *, cuda: bool, ray_resources: dict | None, gpus: int | None = None
 ) -> None:
-    """Refuse a layout this machine (``gpus``: the CUDA devices it sees) or the Ray cluster
-    (``ray_resources``: its free resources) cannot hold. Disaggregated engines need GPUs beside the
-    actor ranks' when the cluster has GPUs, and CPUs; engines in the driver share its first GPUs."""
+    """Refuse a layout this machine (``gpus``: the CUDA devices it sees, None: ask torch) or the Ray
+    cluster (``ray_resources``: its free resources) cannot hold. Disaggregated engines need GPUs beside
+    the actor ranks' when the cluster has GPUs, and CPUs; engines in the driver share its first GPUs."""
     if layout.placement == "driver" and cuda:
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
         engine, tp = config.rollout.engine, layout.tensor_parallel_size
         if tp > gpus:
             raise PlacementError(
@@ -84,13 +88,13 @@ def check_hardware(
         free = ray_resources or {}
         trainer = config.trainer
         if trainer.ray_gpus_rollout is not None:
-            gpus = trainer.ray_gpus_rollout
+            per_engine = trainer.ray_gpus_rollout
         else:
-            gpus = float(layout.tensor_parallel_size) if free.get("GPU_total", 0) > 0 else 0.0
-        need_gpu, need_cpu = layout.engines * gpus, layout.engines * trainer.ray_cpus_rollout
+            per_engine = float(layout.tensor_parallel_size) if free.get("GPU_total", 0) > 0 else 0.0
+        need_gpu, need_cpu = layout.engines * per_engine, layout.engines * trainer.ray_cpus_rollout
         if need_gpu and free.get("GPU", 0.0) < need_gpu:
             raise PlacementError(
-                f"rollout.placement=disaggregated: {layout.engines} engine(s) x {gpus:g} GPU(s) = "
+                f"rollout.placement=disaggregated: {layout.engines} engine(s) x {per_engine:g} GPU(s) = "
                 f"{need_gpu:g} GPU(s) needed beside the actor ranks', the cluster has {free.get('GPU', 0.0):g} "
                 "free: lower rollout.engines, set rollout.placement=colocated (engines on the actor ranks' "
                 "GPUs) or driver, or add GPU nodes"
@@ -268,8 +272,7 @@ def start_fleet(
         import ray
 
         resources = {**ray.available_resources(), "GPU_total": ray.cluster_resources().get("GPU", 0)}
-    gpus = torch.cuda.device_count() if cuda else 0
-    check_hardware(config, layout, cuda=cuda, ray_resources=resources, gpus=gpus)
+    check_hardware(config, layout, cuda=cuda, ray_resources=resources)
     log.info(
         "rollout: %d engine(s), placement %s, tensor parallel %d",
         layout.engines, layout.placement, layout.tensor_parallel_size,

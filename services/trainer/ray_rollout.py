@@ -59,8 +59,9 @@ class RayRolloutEngine:
             raise RuntimeError(
                 f"the rollout engine needs {gpus:g} GPU(s) beside the actor ranks' and the cluster has "
                 f"{free:g} free: set rollout.placement=colocated (engines on the actor ranks' GPUs) or "
-                "driver (trainer.rollout_on_ray=false: vLLM in the driver, sharing a GPU with rank 0 at "
-                "rollout.engine.gpu_memory_utilization), or lower actor.world_size"
+                "driver (rollout.placement=driver, or trainer.rollout_on_ray=false where no placement is "
+                "set: vLLM in the driver, sharing a GPU with rank 0 at rollout.engine.gpu_memory_utilization), "
+                "or lower actor.world_size"
             )
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         self.placement_group = placement_group([bundle], strategy="PACK")

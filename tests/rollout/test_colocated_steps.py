@@ -7,6 +7,7 @@ step together in tests/trainer/test_multinode.py (validation on one sample, two 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,13 +17,15 @@ from tests.rollout.conftest import small_config
 
 
 class StandInLLM:
-    def __init__(self, generate_error: Exception | None = None) -> None:
+    def __init__(self) -> None:
         self.calls: list[str] = []
-        self.generate_error = generate_error
+        self.generate_error: Exception | None = None
 
     def generate(self, prompts, params, use_tqdm=False):
         self.calls.append(f"generate({len(prompts)})")
-        raise self.generate_error or AssertionError("not reached in these tests")
+        if self.generate_error is not None:
+            raise self.generate_error
+        return [SimpleNamespace(prompt_token_ids=[1, 2], outputs=["completion"]) for _ in prompts]
 
     def wait_for_completion(self, use_tqdm=False):
         self.calls.append("loop without requests")
@@ -44,6 +47,19 @@ def shard(tiny_models: dict[str, Path]) -> Shard:
 def test_an_engine_with_no_samples_still_steps_with_the_others(shard: Shard) -> None:
     assert shard.rollout([]) == []
     assert shard.llm.calls == ["loop without requests"]
+
+
+def test_an_engine_that_generated_runs_its_one_loop_only(shard: Shard, monkeypatch) -> None:
+    """A second loop after a successful one would leave this engine an all-reduce ahead of the others."""
+    import services.rollout.engine as engine_module
+
+    monkeypatch.setattr(shard, "prepare", lambda samples, config=None: [SimpleNamespace(prompt="p")])
+    monkeypatch.setattr(engine_module, "check_feature_count", lambda item, ids, video_token: None)
+    monkeypatch.setattr(engine_module, "response_from", lambda completion, version: completion)
+    monkeypatch.setattr(engine_module, "assemble_groups", lambda samples, generated, *args: generated)
+    generated = shard.rollout([RolloutSample(id="s0", prompt="q")])
+    assert generated == [([1, 2], ["completion"])]
+    assert shard.llm.calls == ["generate(1)"]
 
 
 def test_a_refused_sample_is_raised_after_stepping_with_the_others(shard: Shard, monkeypatch) -> None:

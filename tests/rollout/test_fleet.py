@@ -249,12 +249,16 @@ def test_an_engine_that_answers_out_of_order_fails_and_its_groups_go_elsewhere()
 def test_an_engine_that_fails_to_sleep_is_dropped_and_the_others_sleep() -> None:
     a, b = Recording("a"), Recording("b", fail="sleep")
     a.sleeps = True
-    _, restart = restarts()
+    made, restart = restarts()
     with fleet(a, b, restart=restart) as f:
         assert f.sleep(1) is True
         assert f.members[1].failures == ["sleep: RuntimeError: b's actor died"]
         assert f.pop_metrics() == {"rollout/engine_failures": 1.0, "rollout/engines_alive": 1.0}
+        time.sleep(0.2)
+        assert made == [], "a replacement started awake while the others slept for the update"
         assert f.wake_up() is True
+        f.members[1].restart.result(timeout=10)
+        assert [e.name for e in made] == ["new1"]  # after the wake-up
     a, b = Recording("a"), Recording("b", fail="sleep")
     with fleet(a, b, independent=False) as f, pytest.raises(FleetError, match="engine 1 failed \\(sleep: "):
         f.sleep(1)  # a colocated shard: the step fails by name
