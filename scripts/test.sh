@@ -13,10 +13,10 @@ venv=$(scripts/bootstrap.sh)
 export PATH="$venv/bin:$PATH"
 bash scripts/services.sh
 # The status page tests drive the system Chromium (Playwright, no downloaded browser). Another
-# install may hold dpkg's lock (a fresh machine runs its own updates): wait for it instead of failing.
+# install may hold apt's locks (a fresh machine runs its own updates): wait for it instead of failing.
 if ! command -v chromium >/dev/null; then
-    apt_wait=(-o DPkg::Lock::Timeout=600)
-    (apt-get "${apt_wait[@]}" update && apt-get "${apt_wait[@]}" install -y chromium) >&2 || {
+    source scripts/apt_get.sh
+    (apt_get update && apt_get install -y chromium) >&2 || {
         echo "chromium is missing and could not be installed (apt-get install chromium)" >&2
         exit 1
     }

@@ -184,6 +184,10 @@ def demo_command(
         console = Console(file=terminal)
         try:
             return _run_demo(folder, steps, workers, no_serve, port, videos, log if not verbose else None)
+        except BaseException:
+            if not verbose:  # what went wrong inside vLLM, torch or a worker is in the log: say where
+                console.print(f"the demo stopped; vLLM, torch and worker output: {escape(str(log))}")
+            raise
         finally:
             console = Console(stderr=True)
 

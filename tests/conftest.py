@@ -99,6 +99,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 #: seconds each test file took in a recorded whole run, which orders the files under pytest-xdist;
 #: ``REELRL_TEST_RECORD_DURATIONS=1 make test`` records them again (entries of files not run are kept)
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
+#: the checkout under test
+CHECKOUT = Path(__file__).resolve().parents[1]
 _file_seconds: dict[str, float] = {}
 
 
@@ -232,6 +234,11 @@ def pytest_configure(config: pytest.Config) -> None:
         ("WANDB_DATA_DIR", "data"),
     ):
         os.environ[var] = str(Path(folder) / "wandb" / sub)
+    # The processes tests start (CLI runs, Celery workers, Ray workers) import this checkout's code too.
+    # The shared environment's editable install points at whichever clone last ran scripts/bootstrap.sh,
+    # so a child started outside this folder would otherwise run another clone's code.
+    paths = [str(CHECKOUT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -1,16 +1,21 @@
 """`reelrl demo` end to end at a reduced size: the worker pool decodes the clips, vLLM serves both
 evaluations and the training rollouts, and every phase runs as a job row with events. What it prints
-(the before → after table) must agree with those rows and with the run's metrics file."""
+(the before → after table) must agree with those rows and with the run's metrics file; the status page
+it then serves lists both evaluations' scores, and SIGTERM stops it with status 0, leaking nothing."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.common.db.models import JobState
@@ -35,13 +40,25 @@ def table_rows(text: str) -> dict[str, list[str]]:
 def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"COLUMNS": "120"}
-    run = subprocess.run(
-        [sys.executable, "-m", "services.cli", "demo", "--no-serve", "--dir", str(folder),
-         "--steps", str(STEPS), "--videos", str(VIDEOS), "--workers", "2"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-4000:]
+    port = free_port()
+    console_file = tmp_path / "console.txt"
+    # As a new user runs it: the demo, then its status page, stopped the normal way (SIGTERM)
+    with console_file.open("w") as console:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "demo", "--port", str(port), "--dir", str(folder),
+             "--steps", str(STEPS), "--videos", str(VIDEOS), "--workers", "2"],
+            env=env, cwd=tmp_path, stdout=console, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            page = served_page(demo, port, console_file, timeout_s=1200)
+            demo.send_signal(signal.SIGTERM)
+            status = demo.wait(timeout=60)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait()
+    output = console_file.read_text()
+    assert status == 0, output[-4000:]  # stopping the page is the demo's normal end
 
     held_out = len((folder / "data" / "colour_val.jsonl").read_text().splitlines())
     assert held_out == VIDEOS // 2
@@ -85,3 +102,31 @@ def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tm
     noise = ("INFO", "WARNING", "EngineCore", "Warning:", "warnings.warn", "Traceback", "tcmalloc", "NUMA")
     shown = [line for line in output.splitlines() if any(word in line for word in noise)]
     assert not shown, shown[:10]
+    # nothing left behind after the stop (Python's resource tracker names what a process leaked)
+    assert "leaked" not in output and "leaked" not in log.read_text(), log.read_text()[-2000:]
+
+    # The page it served lists the two evaluations with their scores, side by side with the train job.
+    for job in evals:
+        assert f'<td class="headline">{job.headline}</td>' in page, page[-3000:]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def served_page(demo: subprocess.Popen, port: int, console: Path, timeout_s: float) -> str:
+    """The jobs page, once the demo has finished and serves it (the demo must not end first)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert demo.poll() is None, console.read_text()[-4000:]
+        if "status page:" in console.read_text():
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                if response.status_code == 200:
+                    return response.text
+            except httpx.HTTPError:
+                pass
+        assert time.monotonic() < deadline, "the demo did not serve its page in time"
+        time.sleep(0.5)

@@ -79,6 +79,18 @@ def test_each_session_claims_its_own_redis_database_and_temp_folder(redis_url, t
     assert claim_holder(db) == str(os.getpid()).encode(), "and this session still holds its own"
 
 
+def test_a_process_started_elsewhere_imports_this_checkout(tmp_path):
+    """The environment is shared by every clone on the machine, and its editable install points at the
+    clone that last ran scripts/bootstrap.sh: a test's child started outside the checkout must still
+    run the checkout's code."""
+    assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+    child = subprocess.run(
+        [sys.executable, "-c", "import services; print(services.__file__)"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert Path(child.stdout.strip()).is_relative_to(ROOT), child.stdout
+
+
 def test_a_suite_past_its_time_budget_fails_the_tests_it_did_not_reach():
     child = child_session("tests/common/test_coords.py", REELRL_TEST_BUDGET_S="0")
     assert child.returncode == 1, child.stdout + child.stderr

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import logging, os, subprocess, sys, warnings
@@ -51,3 +53,18 @@ def test_verbose_shows_everything_on_the_console(tmp_path):
     for line in ("OWN LINE", *NOISE):
         assert line in console
     assert not log.exists()
+
+
+def test_a_failed_demo_names_the_log_that_holds_why(tmp_path, monkeypatch, capfd):
+    """Without --verbose the console shows only the demo's own lines: when it fails, the log holding
+    vLLM's, torch's and the workers' output is named there too, not only after a run that succeeded."""
+    import services.demo as demo
+
+    def broken(*args):
+        raise RuntimeError("the engine core died")
+
+    monkeypatch.setattr(demo, "_run_demo", broken)
+    with pytest.raises(RuntimeError, match="engine core died"):
+        demo.demo_command(tmp_path / "d", steps=1, workers=1, no_serve=True, port=0, videos=2)
+    shown = capfd.readouterr().err.replace("\n", "")
+    assert f"the demo stopped; vLLM, torch and worker output: {tmp_path / 'd' / 'demo.log'}" in shown

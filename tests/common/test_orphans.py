@@ -52,7 +52,10 @@ def test_a_sweep_ends_marked_processes_whose_owner_is_gone_and_only_those():
     try:
         time.sleep(0.3)  # the interpreters have started: their environ is readable
         swept = sweep_orphans(grace_s=1.0)
-        assert orphan.pid in swept and owned.pid not in swept and unmarked.pid not in swept
+        # a worker another test session starts on this machine sweeps at its start too, and may have
+        # ended the orphan first (it is then a zombie of ours, not listed): what counts is that it ends
+        assert orphan.pid in swept or orphan.poll() is not None, "the orphan was left running"
+        assert owned.pid not in swept and unmarked.pid not in swept
         assert orphan.wait(timeout=10) is not None
         assert owned.poll() is None and unmarked.poll() is None
     finally:
