@@ -36,6 +36,9 @@ from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 
 log = logging.getLogger(__name__)
 RESTART_WAIT_S = 900.0  # at shutdown, for a replacement still starting (a cold vLLM start, loaded machine)
+#: starts of a replacement per engine failure (one that fails to start or to take the current weights is
+#: started again; a cluster's placement or a node can fail for a while); after these it stays out
+RESTART_TRIES = 3
 
 
 class FleetError(RuntimeError):
@@ -73,6 +76,7 @@ class _Member:
     label: int = 0
     alive: bool = True
     restart: Future | None = None
+    restart_tries: int = 0  # replacements that failed since the engine's last failure
     failures: list[str] = field(default_factory=list)
 
 
@@ -552,21 +556,34 @@ class Fleet:
                 f"rollout engine {member.index} failed ({reason}); colocated engines share the actor ranks' "
                 "collectives, so the step fails (a train job's retry resumes from its checkpoint)"
             )
-        broken = member.engine
-        restart = self._restart
+        member.restart_tries = 0
+        member.restart = self._pool.submit(self._replacement, member.index, member.engine)
 
-        def replace() -> Any:
+    def _replacement(self, index: int, broken: Any = None) -> Any:
+        """A new engine for engine ``index`` (None: no restart factory, or the fleet shut down), after
+        stopping the ``broken`` one."""
+        if broken is not None:
             _stop(broken, [])  # frees its processes and placement group (a hung actor is killed)
-            self._awake.wait()  # not while the others sleep: it would take the update's memory
-            if restart is None or self._closed:
-                return None
-            engine = restart(member.index)
-            if self._closed:  # shut down while it started (a shutdown waits RESTART_WAIT_S at most)
-                _stop(engine, [])
-                return None
-            return engine
+        self._awake.wait()  # not while the others sleep: it would take the update's memory
+        if self._restart is None or self._closed:
+            return None
+        engine = self._restart(index)
+        if self._closed:  # shut down while it started (a shutdown waits RESTART_WAIT_S at most)
+            _stop(engine, [])
+            return None
+        return engine
 
-        member.restart = self._pool.submit(replace)
+    def _replacement_failed(self, member: _Member, why: str) -> None:
+        member.failures.append(why)
+        member.restart_tries += 1
+        if member.restart_tries < RESTART_TRIES and not self._closed:
+            log.warning("rollout engine %d: %s; starting another (%d of %d)", member.index, why,
+                        member.restart_tries + 1, RESTART_TRIES)  # fmt: skip
+            member.restart = self._pool.submit(self._replacement, member.index)
+        else:
+            log.warning(
+                "rollout engine %d: %s; it stays out after %d tries", member.index, why, RESTART_TRIES
+            )
 
     def _adopt_replacements(self) -> None:
         for member in self.members:
@@ -577,8 +594,7 @@ class Fleet:
             try:
                 engine = future.result()
             except Exception as exc:
-                log.warning("rollout engine %d could not be restarted: %s", member.index, exc)
-                member.failures.append(f"restart: {exc}")
+                self._replacement_failed(member, f"restart: {exc}")
                 continue
             if engine is None:
                 continue
@@ -604,9 +620,8 @@ class Fleet:
                         raise StaleWeights(f"the restarted engine {member.index} did not take the weights")
                     label += 1
             except Exception as exc:
-                log.warning("restarted rollout engine %d refused the current weights: %s", member.index, exc)
-                member.failures.append(f"restart push: {exc}")
                 _stop(engine, [])
+                self._replacement_failed(member, f"restart push: {exc}")
                 continue
             member.engine, member.label, member.synced = engine, label, self.weight_version
             member.alive = True

@@ -358,10 +358,48 @@ def test_a_replacement_that_hangs_taking_the_current_weights_is_dropped_under_th
         f.rollout(samples(2))
         f.members[1].restart.result(10)
         groups = f.rollout(samples(2))  # adopting the replacement times out instead of waiting on it
-        (new,) = replacements
-        assert new.stopped and not f.members[1].alive and f.members[1].engine is b
+        first = replacements[0]
+        assert first.stopped and not f.members[1].alive and f.members[1].engine is b
         assert "restart push: " in f.members[1].failures[-1]
         assert [g.sample_id for g in groups] == ["s0", "s1"] and a.served[-1] == ["s0", "s1"]
+        f.members[1].restart.result(10)  # and another is on its way
+
+
+def test_a_replacement_that_fails_is_started_again_a_few_times_then_the_engine_stays_out() -> None:
+    from concurrent.futures import wait
+
+    import services.rollout.fleet as fleet_module
+
+    starts: list[int] = []
+
+    def flaky(index: int) -> Recording:  # a node that comes back on the third try
+        starts.append(index)
+        if len(starts) < 3:
+            raise RuntimeError(f"no node for engine {index} yet")
+        return Recording(f"new{index}")
+
+    a, b = Recording("a"), Recording("b", fail="raise")
+    with fleet(a, b, restart=flaky) as f:
+        f.rollout(samples(2))
+        for _ in range(3):  # each call adopts what has started by then
+            wait([f.members[1].restart], timeout=10)
+            f.rollout(samples(2))
+        assert starts == [1, 1, 1] and f.members[1].alive and f.members[1].engine.name == "new1"
+        assert f.members[1].failures[-2:] == ["restart: no node for engine 1 yet"] * 2
+
+    def never(index: int) -> Recording:
+        starts.append(index)
+        raise RuntimeError("no node")
+
+    starts.clear()
+    a, b = Recording("a"), Recording("b", fail="raise")
+    with fleet(a, b, restart=never) as f:
+        f.rollout(samples(2))
+        while f.members[1].restart is not None:
+            wait([f.members[1].restart], timeout=10)
+            f.rollout(samples(2))
+        assert len(starts) == fleet_module.RESTART_TRIES and not f.members[1].alive
+        assert f.pop_metrics()["rollout/engines_alive"] == 1.0
 
 
 def test_a_replacement_can_fetch_the_current_weights_instead_of_the_fleet_keeping_them() -> None:
