@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 
 from services.common.db.models import JobState
 from services.common.jobs import list_jobs
+from tests.trainer.actor_steps import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.e2e]
 
@@ -108,12 +108,6 @@ def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tm
     # The page it served lists the two evaluations with their scores, side by side with the train job.
     for job in evals:
         assert f'<td class="headline">{job.headline}</td>' in page, page[-3000:]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def served_page(demo: subprocess.Popen, port: int, console: Path, timeout_s: float) -> str:

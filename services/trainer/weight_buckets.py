@@ -134,9 +134,8 @@ def group_stream(
         for entry, tensor in _paired(stream, group):
             with torch.no_grad():
                 value = tensor.detach().to(device=device, dtype=entry.dtype).contiguous()
-            del (
-                tensor
-            )  # the gathered original (e.g. fp32) goes before the next is gathered: only the bucket stays
+            # the gathered original (e.g. fp32) goes before the next is gathered: only the bucket stays
+            del tensor
             if value.data_ptr() in held:  # tied weights share storage, which safetensors refuses
                 value = value.clone()
             held.add(value.data_ptr())
