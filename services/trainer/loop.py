@@ -29,6 +29,7 @@ from services.rollout.samples import RolloutGroup, continued_response
 from services.rollout.seeds import SeedKey
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.trainer import checkpoints as ckpt
+from services.trainer.ahead import BatchSchedule, behaviour_log_probs, load_pending, save_pending
 from services.trainer.algorithms import (
     KLMode,
     compute_advantages,
@@ -247,6 +248,10 @@ class Trainer:
             resume=ckpt.read_state(self.resume_from).get("trackers", {}) if self.resume_from else None,
         )
         self.start_step = 0
+        # each step's batch, generated at its start or during the previous update (trainer.off_policy_steps)
+        self.batches = BatchSchedule(
+            self.generate, off_policy_steps=cfg.trainer.off_policy_steps, last_step=cfg.trainer.total_steps
+        )
         if self.resume_from is not None:
             self._load_checkpoint(self.resume_from)
         # Without a checkpoint nothing earlier counts (step 0's validation included); with one, the
@@ -406,8 +411,10 @@ class Trainer:
         metrics: dict[str, float] = {}
 
         with timer("gen"):
-            samples, groups, sampling = self.generate(step)
-        metrics.update(sampling)
+            batch = self.batches.take(step)  # off_policy_steps 1: mostly generated during the last update
+        samples, groups, lag = batch.samples, batch.groups, batch.lag
+        metrics.update(batch.metrics)
+        metrics["rollout/off_policy_lag"] = float(lag)
         self._batch_ids = [s.sample.id for s in samples]
         with timer("reward"):
             scored = self.score(step, samples, groups)
@@ -418,12 +425,16 @@ class Trainer:
             self.group.load_batch([s.rollout for s in samples], groups)
         temperature = cfg.rollout.temperature or 1.0
         # Old log-probs need their own pass only when the weights move before the last update reads
-        # them (several mini-batches or epochs) or when KL needs them before the update.
+        # them (several mini-batches or epochs), when KL needs them before the update, or for the
+        # offline responses of a lagging batch (no rollout policy produced them).
         single_update = cfg.actor.mini_batches * cfg.actor.ppo_epochs == 1
+        offline = any(r.offline for g in groups for r in g.responses)
         old: list[torch.Tensor] | None = None
-        if not single_update or self.config.algorithm.needs_reference_model:
+        if not single_update or self.config.algorithm.needs_reference_model or (lag and offline):
             with timer("old_log_prob"):
                 old = self.group.log_probs(temperature=temperature)
+        # A lagging batch's ratio is pi_current / pi_behaviour: vLLM's log-probs of what it sampled.
+        ratio_old = behaviour_log_probs(groups, old) if lag else old
         ref = None
         if self.config.algorithm.needs_reference_model:
             with timer("ref"):
@@ -439,7 +450,7 @@ class Trainer:
                     SequenceTargets(a, o, r)
                     for a, o, r in zip(
                         advantages,
-                        old or [None] * len(advantages),
+                        ratio_old or [None] * len(advantages),
                         ref or [None] * len(advantages),
                         strict=True,
                     )
@@ -451,6 +462,8 @@ class Trainer:
                 offline_weight=cfg.mix.offline_weight,
             )
         metrics["actor/lr"] = self.group.scheduler_step()
+        with timer("gen_ahead_wait"):
+            self.batches.settle()  # the engines finish the next batch on the weights they hold
         with timer("weight_sync"):
             if sleeping:
                 self.engine.wake_up()
@@ -650,6 +663,8 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         self.group.save(tmp)
+        # the next step's batch when it was generated ahead: the resumed run trains on this very batch
+        save_pending(tmp, self.batches.pending(), self.train_samples)
         ckpt.fsync_tree(tmp)
         if folder.exists():  # the same step saved again: swap, never a moment without a checkpoint
             old = folder.with_name(f".{folder.name}.old")
@@ -697,6 +712,8 @@ class Trainer:
             "shuffle": cfg.data.shuffle,
             "world_size": cfg.actor.world_size,
             "rollout_n": cfg.rollout.n,
+            # only when on: checkpoints written before the setting existed stay resumable
+            **({"off_policy_steps": cfg.trainer.off_policy_steps} if cfg.trainer.off_policy_steps else {}),
         }
 
     def _load_checkpoint(self, folder: Path) -> None:
@@ -714,6 +731,13 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         self.kl_controller.coef = float(state["kl_coef"])
         self.start_step = int(state["step"])
+        pending = load_pending(folder, self.train_samples)
+        if pending is not None:
+            if pending[0] != self.start_step + 1:
+                raise ckpt.ResumeMismatch(
+                    f"{folder}: its batch generated ahead is for step {pending[0]}, not {self.start_step + 1}"
+                )
+            self.batches.restore(*pending)
         log.info("resumed from %s at step %d", folder, self.start_step)
 
     def _push_weights(self) -> None:
@@ -747,7 +771,10 @@ class Trainer:
             lock.close()
         # An ExitStack runs every callback even when one raises, last pushed first.
         with contextlib.ExitStack() as stack:
-            for name, stop in (("reward_client", "close"), ("group", "shutdown"), ("engine", "shutdown")):
+            # a batch still being generated ahead finishes before the engines stop under it
+            for name, stop in (
+                ("reward_client", "close"), ("group", "shutdown"), ("engine", "shutdown"), ("batches", "close"),
+            ):  # fmt: skip
                 part = getattr(self, name, None)
                 if part is not None:
                     stack.callback(getattr(part, stop))

@@ -1,0 +1,175 @@
+"""When each step's batch is generated (``trainer.off_policy_steps``).
+
+``0``: at the start of its step, by the weights the step updates (on-policy). ``1``: during the previous
+step's update, by the weights before that update, so the engines generate while the actor learns (as
+verl's one-step-off-policy recipe and AReaL do). A batch records that ``lag``: how many updates lie
+between the weights that generated it and the weights that train on it. The loop takes batches from a
+:class:`BatchSchedule` and never branches on the setting; only a lagging batch changes the loss, whose
+importance ratio is then taken against the log-probs vLLM reported while sampling
+(:func:`behaviour_log_probs`), not against the current weights.
+
+The engines must not take new weights while they generate: :meth:`BatchSchedule.settle` waits for the
+batch in flight before every push. A checkpoint holds the batch generated ahead (:func:`save_pending`),
+so a resumed run trains on the very batch the uninterrupted one did.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.rollout.samples import RolloutGroup
+
+log = logging.getLogger(__name__)
+
+PENDING_FILE = "pending_batch.json"
+
+
+@dataclass
+class Batch:
+    """One step's samples and their groups, with what generating them measured."""
+
+    samples: list[Any]  # TrainSample
+    groups: list[RolloutGroup]
+    metrics: dict[str, float] = field(default_factory=dict)
+    lag: int = 0  # updates between the generating weights and the trained ones
+
+
+class BatchSchedule:
+    """Hands out each step's :class:`Batch`; with ``off_policy_steps=1`` it starts generating the next
+    step's batch (in a thread of its own; the engines work in their own processes) as soon as a step has
+    taken its own, unless that step is the last."""
+
+    def __init__(
+        self,
+        generate: Callable[[int], tuple[list[Any], list[RolloutGroup], dict[str, float]]],
+        *,
+        off_policy_steps: int,
+        last_step: int,
+    ) -> None:
+        if off_policy_steps not in (0, 1):
+            raise ValueError(f"off_policy_steps must be 0 or 1, got {off_policy_steps!r}")
+        self._generate, self.off_policy_steps, self.last_step = generate, off_policy_steps, last_step
+        self._ahead: tuple[int, Future[Batch]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def take(self, step: int) -> Batch:
+        """Step ``step``'s batch: the one generated ahead for it (waiting for it if need be), else one
+        generated now."""
+        if self._ahead is not None and self._ahead[0] != step:
+            raise RuntimeError(f"the batch generated ahead is for step {self._ahead[0]}, not {step}")
+        if self._ahead is not None:
+            future, self._ahead = self._ahead[1], None
+            batch = future.result()
+        else:
+            batch = Batch(*self._generate(step), lag=0)
+        if self.off_policy_steps and step < self.last_step:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-ahead")
+            self._ahead = (step + 1, self._pool.submit(self._ahead_batch, step + 1))
+        return batch
+
+    def _ahead_batch(self, step: int) -> Batch:
+        return Batch(*self._generate(step), lag=self.off_policy_steps)
+
+    def settle(self) -> None:
+        """Wait until no batch is being generated (before the engines take new weights); a generation
+        that failed raises here, at once, rather than a step later."""
+        if self._ahead is not None:
+            self._ahead[1].result()
+
+    def pending(self) -> tuple[int, Batch] | None:
+        """The batch generated ahead and its step, once finished (what a checkpoint keeps)."""
+        if self._ahead is None:
+            return None
+        step, future = self._ahead
+        return step, future.result()
+
+    def restore(self, step: int, batch: Batch) -> None:
+        """Start from a checkpoint's pending batch for ``step`` (the resumed run's first)."""
+        done: Future[Batch] = Future()
+        done.set_result(batch)
+        self._ahead = (step, done)
+
+    def close(self) -> None:
+        """Wait for a generation in flight (an engine must not be stopped under it), ignoring its result."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                ahead[1].result()
+            except Exception as exc:  # the step that would have taken it is not coming
+                log.info("the batch generated ahead for step %d is dropped: %s", ahead[0], exc)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def behaviour_log_probs(
+    groups: Sequence[RolloutGroup], recomputed: Sequence[torch.Tensor] | None
+) -> list[torch.Tensor]:
+    """The old log-probs of a lagging batch's importance ratio, per response in (sample, response)
+    order: the log-probs vLLM reported for the tokens it sampled (the behaviour policy's). An offline
+    response, which no rollout policy produced, takes its ``recomputed`` row (the actor's own pass), as
+    it does in an on-policy step."""
+    rows = [r for g in groups for r in g.responses]
+    if recomputed is not None and len(recomputed) != len(rows):
+        raise ValueError(f"{len(recomputed)} recomputed rows for {len(rows)} responses")
+    out = []
+    for i, response in enumerate(rows):
+        if response.offline:
+            if recomputed is None:
+                raise ValueError("an offline response needs its recomputed log-probs")
+            out.append(recomputed[i])
+        elif response.logprobs is None or len(response.logprobs) != len(response.token_ids):
+            raise ValueError(
+                f"response {i} carries {None if response.logprobs is None else len(response.logprobs)} "
+                f"log-probs for {len(response.token_ids)} tokens: the engine must report one per token"
+            )
+        else:
+            out.append(torch.tensor(response.logprobs, dtype=torch.float32))
+    return out
+
+
+def save_pending(folder: Path, pending: tuple[int, Batch] | None, samples: Sequence[Any]) -> None:
+    """Write the batch generated ahead into a checkpoint ``folder`` (nothing when there is none). Its
+    samples are stored as positions in the run's ``samples`` (the checkpoint's identity pins that list)."""
+    if pending is None:
+        return
+    step, batch = pending
+    position = {id(s): i for i, s in enumerate(samples)}
+    record = {
+        "step": step,
+        "lag": batch.lag,
+        "samples": [position[id(s)] for s in batch.samples],
+        "groups": [g.model_dump(mode="json") for g in batch.groups],
+        "metrics": batch.metrics,
+    }
+    path = folder / PENDING_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)  # floats as repr: the log-probs come back bit for bit
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def load_pending(folder: Path, samples: Sequence[Any]) -> tuple[int, Batch] | None:
+    """The batch a checkpoint ``folder`` holds for its next step, or None."""
+    path = folder / PENDING_FILE
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    groups = [RolloutGroup.model_validate(g) for g in record["groups"]]
+    chosen = [samples[i] for i in record["samples"]]
+    if [g.sample_id for g in groups] != [s.sample.id for s in chosen]:
+        raise ValueError(f"{path}: its groups do not answer its samples")
+    batch = Batch(chosen, groups, {k: float(v) for k, v in record["metrics"].items()}, lag=int(record["lag"]))
+    return int(record["step"]), batch
