@@ -122,6 +122,9 @@ class Fleet:
         self.last_engines: list[int] = []
         #: the weight-broadcast group as last formed: (sender, its token, the member engines); None: none
         self._group: tuple[str, Any, tuple[Any, ...]] | None = None
+        #: the thread that drives the actor ranks (the one that made the fleet): only it adopts
+        #: replacements, whose current weights come from the ranks
+        self._owner = threading.get_ident()
 
     # ------------------------------------------------------------------ the engine interface ----------
 
@@ -508,8 +511,12 @@ class Fleet:
 
     def _serving(self) -> list[_Member]:
         """The engines that may get work now: alive and on the newest weights (replacements that have
-        started are brought to them first)."""
-        self._adopt_replacements()
+        started are brought to them first, on the owner's thread). A rollout on another thread (the
+        next batch, generated during the update: trainer.off_policy_steps) leaves them for the next
+        call on the owner's: their weights would come from ranks that are busy updating, and would be
+        newer than the fleet's."""
+        if threading.get_ident() == self._owner:
+            self._adopt_replacements()
         live = [m for m in self.members if m.alive]
         if not live:
             raise FleetError(f"every rollout engine failed: {self._failure_summary()}")

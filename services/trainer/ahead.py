@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ from services.rollout.samples import RolloutGroup
 log = logging.getLogger(__name__)
 
 PENDING_FILE = "pending_batch.json"
+#: how long closing waits for a generation still in flight (the engines are stopped by then, so it
+#: normally ends at once); past it the thread is left to end with the process
+CLOSE_WAIT_S = 30.0
 
 
 @dataclass
@@ -59,7 +63,7 @@ class BatchSchedule:
             raise ValueError(f"off_policy_steps must be 0 or 1, got {off_policy_steps!r}")
         self._generate, self.off_policy_steps, self.last_step = generate, off_policy_steps, last_step
         self._ahead: tuple[int, Future[Batch]] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
 
     def take(self, step: int) -> Batch:
         """Step ``step``'s batch: the one generated ahead for it (waiting for it if need be), else one
@@ -72,13 +76,23 @@ class BatchSchedule:
         else:
             batch = Batch(*self._generate(step), lag=0)
         if self.off_policy_steps and step < self.last_step:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-ahead")
-            self._ahead = (step + 1, self._pool.submit(self._ahead_batch, step + 1))
+            future: Future[Batch] = Future()
+            # a daemon: a generation still running when the run fails must not hold the process open
+            self._thread = threading.Thread(
+                target=self._ahead_batch,
+                args=(step + 1, future),
+                name=f"rollout-ahead-{step + 1}",
+                daemon=True,
+            )
+            self._ahead = (step + 1, future)
+            self._thread.start()
         return batch
 
-    def _ahead_batch(self, step: int) -> Batch:
-        return Batch(*self._generate(step), lag=self.off_policy_steps)
+    def _ahead_batch(self, step: int, future: Future[Batch]) -> None:
+        try:
+            future.set_result(Batch(*self._generate(step), lag=self.off_policy_steps))
+        except BaseException as exc:  # handed to whoever takes or settles the batch
+            future.set_exception(exc)
 
     def settle(self) -> None:
         """Wait until no batch is being generated (before the engines take new weights); a generation
@@ -99,35 +113,38 @@ class BatchSchedule:
         done.set_result(batch)
         self._ahead = (step, done)
 
-    def close(self) -> None:
-        """Wait for a generation in flight (an engine must not be stopped under it), ignoring its result."""
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Drop a batch generated ahead that no step will take. A generation still in flight (only when
+        a step failed before it settled) is waited for at most ``wait_s``: the trainer stops the engines
+        first, which ends it."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            try:
-                ahead[1].result()
-            except Exception as exc:  # the step that would have taken it is not coming
-                log.info("the batch generated ahead for step %d is dropped: %s", ahead[0], exc)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if ahead is None:
+            return
+        try:
+            ahead[1].result(timeout=wait_s)
+        except TimeoutError:
+            log.warning(
+                "the batch generated ahead for step %d was still generating after %.0f s", ahead[0], wait_s
+            )
+        except Exception as exc:  # the step that would have taken it is not coming
+            log.info("the batch generated ahead for step %d is dropped: %s", ahead[0], exc)
 
 
 def behaviour_log_probs(
     groups: Sequence[RolloutGroup], recomputed: Sequence[torch.Tensor] | None
-) -> list[torch.Tensor]:
+) -> list[torch.Tensor | None]:
     """The old log-probs of a lagging batch's importance ratio, per response in (sample, response)
     order: the log-probs vLLM reported for the tokens it sampled (the behaviour policy's). An offline
-    response, which no rollout policy produced, takes its ``recomputed`` row (the actor's own pass), as
-    it does in an on-policy step."""
+    response, which no rollout policy produced, takes what it takes in an on-policy step: its
+    ``recomputed`` row (the actor's own pass) when there is one, else None (the update's current
+    log-probs, ``SequenceTargets``)."""
     rows = [r for g in groups for r in g.responses]
     if recomputed is not None and len(recomputed) != len(rows):
         raise ValueError(f"{len(recomputed)} recomputed rows for {len(rows)} responses")
     out = []
     for i, response in enumerate(rows):
         if response.offline:
-            if recomputed is None:
-                raise ValueError("an offline response needs its recomputed log-probs")
-            out.append(recomputed[i])
+            out.append(None if recomputed is None else recomputed[i])
         elif response.logprobs is None or len(response.logprobs) != len(response.token_ids):
             raise ValueError(
                 f"response {i} carries {None if response.logprobs is None else len(response.logprobs)} "

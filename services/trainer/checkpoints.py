@@ -47,6 +47,20 @@ class ResumeMismatch(ValueError):
     """A checkpoint that cannot continue this run (other data, batch size, ranks, or another run)."""
 
 
+#: run-identity entries added after checkpoints were first written, and the value a checkpoint
+#: without one was written with
+IDENTITY_DEFAULTS: dict[str, Any] = {"off_policy_steps": 0}
+
+
+def identity_changes(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The entries of a run's identity that differ between a checkpoint (``saved``) and the run
+    resuming from it, as (checkpoint's, now): both ways, an entry missing on one side read as its
+    default."""
+    keys = [*now, *(k for k in saved if k not in now)]
+    values = {k: (saved.get(k, IDENTITY_DEFAULTS.get(k)), now.get(k, IDENTITY_DEFAULTS.get(k))) for k in keys}
+    return {k: (a, b) for k, (a, b) in values.items() if a != b}
+
+
 class OutputDirBusy(RuntimeError):
     """Another run holds the output folder."""
 

@@ -425,12 +425,10 @@ class Trainer:
             self.group.load_batch([s.rollout for s in samples], groups)
         temperature = cfg.rollout.temperature or 1.0
         # Old log-probs need their own pass only when the weights move before the last update reads
-        # them (several mini-batches or epochs), when KL needs them before the update, or for the
-        # offline responses of a lagging batch (no rollout policy produced them).
+        # them (several mini-batches or epochs) or when KL needs them before the update.
         single_update = cfg.actor.mini_batches * cfg.actor.ppo_epochs == 1
-        offline = any(r.offline for g in groups for r in g.responses)
         old: list[torch.Tensor] | None = None
-        if not single_update or self.config.algorithm.needs_reference_model or (lag and offline):
+        if not single_update or self.config.algorithm.needs_reference_model:
             with timer("old_log_prob"):
                 old = self.group.log_probs(temperature=temperature)
         # A lagging batch's ratio is pi_current / pi_behaviour: vLLM's log-probs of what it sampled.
@@ -712,14 +710,13 @@ class Trainer:
             "shuffle": cfg.data.shuffle,
             "world_size": cfg.actor.world_size,
             "rollout_n": cfg.rollout.n,
-            # only when on: checkpoints written before the setting existed stay resumable
-            **({"off_policy_steps": cfg.trainer.off_policy_steps} if cfg.trainer.off_policy_steps else {}),
+            "off_policy_steps": cfg.trainer.off_policy_steps,  # a lagging batch's ratio differs
         }
 
     def _load_checkpoint(self, folder: Path) -> None:
         state = ckpt.read_state(folder)
         saved, now = state.get("run", {}), self._run_identity()
-        changed = {k: (saved.get(k), v) for k, v in now.items() if saved.get(k) != v}
+        changed = ckpt.identity_changes(saved, now)
         if changed:
             detail = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in changed.items())
             raise ckpt.ResumeMismatch(
@@ -764,16 +761,14 @@ class Trainer:
             self.engine.push_weights(self.group.state_dict())
 
     def shutdown(self) -> None:
-        """Engine, then actor ranks (which stop a Ray they started), then the reward client: each even
-        when an earlier one fails."""
-        lock = getattr(self, "_lock", None)
-        if lock is not None:
-            lock.close()
+        """Engine, then actor ranks (which stop a Ray they started), then the reward client, then a batch
+        still being generated ahead (stopping the engines ends it), then the output folder's lock (no
+        other run takes the folder while this one still runs): each even when an earlier one fails."""
         # An ExitStack runs every callback even when one raises, last pushed first.
         with contextlib.ExitStack() as stack:
-            # a batch still being generated ahead finishes before the engines stop under it
             for name, stop in (
-                ("reward_client", "close"), ("group", "shutdown"), ("engine", "shutdown"), ("batches", "close"),
+                ("_lock", "close"), ("batches", "close"), ("reward_client", "close"), ("group", "shutdown"),
+                ("engine", "shutdown"),
             ):  # fmt: skip
                 part = getattr(self, name, None)
                 if part is not None:

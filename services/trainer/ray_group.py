@@ -42,12 +42,26 @@ SHUTDOWN_TIMEOUT_S = 30.0
 RAY_TEMP_MAX_CHARS = 40
 
 
-def rank_threads(cores: int, node_cpus: float, ranks: int) -> int:
+def rank_threads(cores: int, node_cpus: float, ranks: int, busy: float = 0.0) -> int:
     """Threads a CPU rank computes with: its part of its node, where ``ranks`` ranks share the node's
     ``node_cpus`` Ray CPUs and the ``cores`` this process may run on (a container or ``taskset`` may
-    allow fewer cores than Ray counts); at least one. Engines on the node are not subtracted: on the
-    CPU they idle while the ranks update."""
-    return max(1, min(cores, math.floor(node_cpus)) // ranks)
+    allow fewer cores than Ray counts), less the ``busy`` CPUs that rollout engines compute on during
+    the update (:func:`generating_cpus`); at least one. More threads than free cores would leave each
+    of the update's parallel regions waiting on a thread that shares a core with an engine."""
+    return max(1, math.floor(min(cores, node_cpus) - busy) // ranks)
+
+
+def generating_cpus(config: TrainConfig) -> float:
+    """CPUs the rollout engines compute on while the ranks update: none, unless they generate the next
+    batch then (``trainer.off_policy_steps: 1``): a disaggregated engine's Ray CPUs, a driver engine's
+    worker core."""
+    if not config.trainer.off_policy_steps:
+        return 0.0
+    from services.trainer.placement import resolve
+
+    layout = resolve(config, cuda=False)
+    per_engine = config.trainer.ray_cpus_rollout if layout.placement == "disaggregated" else 1.0
+    return layout.engines * per_engine
 
 
 class ActorWorker:
@@ -84,12 +98,13 @@ class ActorWorker:
         frame_root: str,
         rollout: dict[str, Any],
         realtime: RealtimeSource | None,
-        nodes: Sequence[tuple[float, int]],
+        nodes: Sequence[tuple[float, int, float]],
         images: ImageFiles | None = None,
         reference_path: str | None = None,
     ) -> dict[str, Any]:
-        """``nodes``: for each rank, its node's Ray CPUs and the ranks placed there, which set the
-        threads it computes with on the CPU unless ``trainer.torch_threads`` says (:func:`rank_threads`)."""
+        """``nodes``: for each rank, its node's Ray CPUs, the ranks placed there and the CPUs engines
+        compute on there during the update, which set the threads it computes with on the CPU unless
+        ``trainer.torch_threads`` says (:func:`rank_threads`)."""
         import ray
         import torch.distributed as dist
 
@@ -342,7 +357,7 @@ class RayActorGroup:
             addr, port = self._gather([self.workers[0].address.remote()], "address")[0]
             self.info = self._call(
                 "setup", addr, port, config.model_dump(mode="json"), str(model_path), str(frame_root),
-                rollout.model_dump(mode="json"), realtime, self._nodes(), images, reference_path,
+                rollout.model_dump(mode="json"), realtime, self._nodes(config), images, reference_path,
             )  # fmt: skip
         except BaseException:
             self.shutdown()
@@ -398,13 +413,16 @@ class RayActorGroup:
             for rank in range(self.world_size)
         ]
 
-    def _nodes(self) -> list[tuple[float, int]]:
-        """For each rank, its node's Ray CPUs and how many ranks were placed on that node."""
+    def _nodes(self, config: TrainConfig) -> list[tuple[float, int, float]]:
+        """For each rank, its node's Ray CPUs, how many ranks were placed on that node, and the CPUs
+        engines compute on during the update there. The engines start after the ranks, so their node is
+        known only where there is one node; elsewhere none are subtracted."""
         import ray
 
         nodes = self._gather([w.node.remote() for w in self.workers], "node")
         cpus = {n["NodeID"]: n["Resources"].get("CPU", 1.0) for n in ray.nodes() if n.get("Alive")}
-        return [(cpus.get(node, 1.0), nodes.count(node)) for node in nodes]
+        busy = generating_cpus(config) if len(cpus) == 1 else 0.0
+        return [(cpus.get(node, 1.0), nodes.count(node), busy) for node in nodes]
 
     def _gather(self, refs: Sequence[Any], what: str) -> list[Any]:
         """Every rank's result; the first failure is raised as soon as it happens (its rank named),

@@ -28,7 +28,9 @@ class SequenceTargets:
 
     ``old_log_probs`` None: the update is the first and only one on these weights (one mini-batch, one
     epoch), so the old log-probs ARE the current ones: the update's own forward supplies them, detached,
-    and the separate no-grad pass is skipped (identical numbers, one forward fewer per step)."""
+    and the separate no-grad pass is skipped (identical numbers, one forward fewer per step). None for
+    some rows only: a lagging batch's offline responses, which no rollout policy sampled, beside the
+    behaviour log-probs of its sampled ones (services/trainer/ahead.py)."""
 
     advantages: torch.Tensor
     old_log_probs: torch.Tensor | None
@@ -156,12 +158,17 @@ def _micro_step(
     metrics_extra: dict[str, float] = {}
     mask = mb.response_mask.to(actor.device)
     log_probs, entropy = actor.forward(mb, temperature=temperature, entropy=True)
-    if tg[0].old_log_probs is None:
+    given = [t.old_log_probs is not None for t in tg]
+    if not any(given):
         old = log_probs.detach()
         if temperature == 1.0:
             metrics_extra = _rollout_gap(old, seqs)
     else:
-        old = pad_rows([t.old_log_probs.tolist() for t in tg], width).to(actor.device)
+        old = pad_rows(
+            [t.old_log_probs.tolist() if t.old_log_probs is not None else [] for t in tg], width
+        ).to(actor.device)
+        if not all(given):  # the rows without: the current log-probs, as when none is given
+            old = torch.where(torch.tensor(given, device=actor.device).unsqueeze(-1), old, log_probs.detach())
     adv = pad_rows([t.advantages.tolist() for t in tg], width).to(actor.device)
     offline = torch.tensor([s.offline for s in seqs], device=actor.device)
     if offline_weight != 1.0 and offline.any():

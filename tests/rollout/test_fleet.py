@@ -348,6 +348,32 @@ def test_a_restarted_engine_gets_the_current_weights_before_any_work() -> None:
         assert f.members[1].engine is new
 
 
+def test_only_the_owner_s_thread_adopts_a_replacement() -> None:
+    """A rollout on another thread (generated during the update) does not fetch the current weights
+    from the actor ranks for a replacement; the next call on the fleet's own thread does."""
+    replacements, restart = restarts()
+    fetched: list[str] = []
+
+    def current() -> str:
+        fetched.append(threading.current_thread().name)
+        return "fetched"
+
+    a, b = Recording("a"), Recording("b")
+    with fleet(a, b, restart=restart, current_weights=current) as f:
+        f.push_weights("w1")
+        lose_and_wait(f, b, replacements)
+        answered: list[list[RolloutGroup]] = []
+        ahead = threading.Thread(target=lambda: answered.append(f.rollout(samples(2))), name="ahead")
+        ahead.start()
+        ahead.join(10)
+        (new,) = replacements
+        assert len(answered) == 1 and fetched == [] and not new.served and a.served[-1] == ["s0", "s1"]
+        assert not f.members[1].alive
+        f.rollout(samples(2))
+        assert fetched == [threading.current_thread().name] and new.pushes == ["fetched"]
+        assert f.members[1].engine is new and f.members[1].alive
+
+
 def test_a_replacement_that_hangs_taking_the_current_weights_is_dropped_under_the_limit() -> None:
     replacements, restart = restarts(fail="hang-push")
 

@@ -156,8 +156,12 @@ def test_behaviour_log_probs_are_vllms_and_offline_rows_are_recomputed() -> None
     recomputed = [torch.tensor([-9.0, -9.0]), torch.tensor([-0.75]), torch.tensor([-9.0])]
     out = behaviour_log_probs(groups, recomputed)
     assert [t.tolist() for t in out] == [[-0.5, -1.5], [-0.75], [-0.25]]
-    with pytest.raises(ValueError, match="offline response needs its recomputed"):
-        behaviour_log_probs(groups, None)
+    # without a recomputed pass an offline row is None: the update's current log-probs
+    assert [None if t is None else t.tolist() for t in behaviour_log_probs(groups, None)] == [
+        [-0.5, -1.5],
+        None,
+        [-0.25],
+    ]
     with pytest.raises(ValueError, match="2 recomputed rows for 3 responses"):
         behaviour_log_probs(groups, recomputed[:2])
     broken = [RolloutGroup(sample_id="c", prompt_token_ids=[1], responses=[online([5, 6], [-0.5])])]
@@ -222,46 +226,141 @@ def test_a_null_placement_that_resolves_to_colocated_is_refused_off_policy() -> 
 # ---------------------------------------------------------------------- clipping in the real update --
 
 
+def lagging_update(world, cfg, groups, adv, shifts):
+    """One real update on ``groups`` as a lagging batch whose sampled responses' behaviour log-probs
+    are the current ones plus ``shifts`` (one per response, None for an offline one): vLLM's report
+    when log r = -shift. Returns the weights before and after and the update's metrics."""
+    from services.trainer.group import LocalActorGroup
+    from services.trainer.update import SequenceTargets
+    from tests.trainer.actor_steps import UPDATE
+
+    group = LocalActorGroup(cfg, str(world.model), world.store, cfg.effective_rollout())
+    try:
+        initial = {k: v.clone() for k, v in group.state_dict().items()}
+        group.load_batch(list(world.samples), groups)
+        current = group.log_probs(temperature=1.0)
+        reported = iter(
+            [None if s is None else (c + s).tolist() for c, s in zip(current, shifts, strict=True)]
+        )
+        lagging = [
+            g.model_copy(update={"responses": [r.model_copy(update={"logprobs": next(reported)})
+                                               for r in g.responses]})
+            for g in groups
+        ]  # fmt: skip
+        # every shift None: the on-policy step (old = current for every row)
+        old = [None] * len(adv) if all(s is None for s in shifts) else behaviour_log_probs(lagging, None)
+        metrics = group.update([SequenceTargets(a, o) for a, o in zip(adv, old, strict=True)], **UPDATE)
+        return initial, {k: v.clone() for k, v in group.state_dict().items()}, metrics
+    finally:
+        group.shutdown()
+
+
 @pytest.mark.integration
 def test_a_lagging_ratio_beyond_the_clip_range_moves_no_weight(tmp_path: Path) -> None:
     """Behaviour log-probs that put every token's ratio outside [0.8, 1.2] on the side where PPO clips
     (r = 1.5 where A > 0, r = 0.5 where A < 0): every token's loss is the constant clipped term, so
     the gradient is 0 and AdamW (no weight decay) leaves every weight as it was, with every token
     counted as clipped. Behaviour = current (r = 1) moves them."""
-    from services.trainer.group import LocalActorGroup
-    from services.trainer.update import SequenceTargets
-    from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
+    from tests.trainer.actor_steps import advantages, build_world, make_groups, train_config
 
     world = build_world(tmp_path, samples=2)
     cfg = train_config(world)
     groups = make_groups(world, cfg.effective_rollout(), [[4, 6], [5, 3]])
     adv = advantages(groups)  # +1.5, -0.5, +1.0, -1.0
+    beyond = [-math.log(1.5) if float(a[0]) > 0 else math.log(2.0) for a in adv]
 
-    def step(shift: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
-        group = LocalActorGroup(cfg, str(world.model), world.store, cfg.effective_rollout())
-        try:
-            initial = {k: v.clone() for k, v in group.state_dict().items()}
-            group.load_batch(list(world.samples), groups)
-            current = group.log_probs(temperature=1.0)
-            # what vLLM would have reported: log r = current - behaviour
-            shifts = [(-math.log(1.5) if float(a[0]) > 0 else math.log(2.0)) if shift else 0.0 for a in adv]
-            reported = iter([(c + s).tolist() for c, s in zip(current, shifts, strict=True)])
-            lagging = [
-                g.model_copy(update={"responses": [r.model_copy(update={"logprobs": next(reported)})
-                                                   for r in g.responses]})
-                for g in groups
-            ]  # fmt: skip
-            old = behaviour_log_probs(lagging, None)
-            metrics = group.update([SequenceTargets(a, o) for a, o in zip(adv, old, strict=True)], **UPDATE)
-            return initial, {k: v.clone() for k, v in group.state_dict().items()}, metrics
-        finally:
-            group.shutdown()
-
-    initial, final, metrics = step(shift=True)
+    initial, final, metrics = lagging_update(world, cfg, groups, adv, beyond)
     assert metrics["clipfrac_higher"] + metrics["clipfrac_lower"] == pytest.approx(1.0)
     assert metrics["clipfrac_higher"] > 0 and metrics["clipfrac_lower"] > 0
     assert metrics["ppo_kl"] > 0.05  # the ratio is far from 1
     assert all(torch.equal(initial[k], final[k]) for k in initial)
-    initial, final, metrics = step(shift=False)
+    initial, final, metrics = lagging_update(world, cfg, groups, adv, [0.0] * len(adv))
     assert metrics["clipfrac_higher"] + metrics["clipfrac_lower"] == 0.0
     assert max(float((initial[k] - final[k]).abs().max()) for k in initial) > 1e-3
+
+
+@pytest.mark.integration
+def test_offline_rows_of_a_lagging_batch_take_the_current_log_probs(tmp_path: Path) -> None:
+    """A lagging batch with mix-policy offline responses and r = 1 on its sampled ones is the on-policy
+    step: the same weights after it, and ppo_kl ~0 (offline rows taken as 0, not as the current
+    log-probs, would count a KL of their whole log-likelihood)."""
+    from tests.trainer.actor_steps import advantages, build_world, make_groups, train_config
+    from tests.trainer.test_offline_weight import _offline_first
+
+    world = build_world(tmp_path, samples=2)
+    cfg = train_config(world)
+    groups = _offline_first(make_groups(world, cfg.effective_rollout(), [[4, 6], [5, 3]]))
+    adv = advantages(groups)
+    shifts = [None if r.offline else 0.0 for g in groups for r in g.responses]
+    _, lagging, metrics = lagging_update(world, cfg, groups, adv, shifts)
+    _, on_policy, on_metrics = lagging_update(world, cfg, groups, adv, [None] * len(adv))
+    gap = max(float((lagging[k] - on_policy[k]).abs().max()) for k in lagging)
+    assert gap <= 1e-6, gap
+    assert metrics["ppo_kl"] == pytest.approx(on_metrics["ppo_kl"], abs=1e-6)
+
+
+def test_a_checkpoint_of_one_setting_does_not_resume_the_other() -> None:
+    from services.trainer.checkpoints import identity_changes
+
+    run = {"batch_size": 2, "world_size": 1}
+    assert identity_changes({**run, "off_policy_steps": 1}, {**run, "off_policy_steps": 0}) == {
+        "off_policy_steps": (1, 0)
+    }
+    assert identity_changes({**run, "off_policy_steps": 0}, {**run, "off_policy_steps": 1}) == {
+        "off_policy_steps": (0, 1)
+    }
+    # written before the setting existed: on-policy, so it resumes on-policy only
+    assert identity_changes(run, {**run, "off_policy_steps": 0}) == {}
+    assert identity_changes(run, {**run, "off_policy_steps": 1}) == {"off_policy_steps": (0, 1)}
+    # an entry only the checkpoint has is compared too
+    assert identity_changes({**run, "rollout_n": 4}, run) == {"rollout_n": (4, None)}
+
+
+def test_a_failed_step_stops_the_engines_before_waiting_for_the_batch_in_flight() -> None:
+    """A step that fails while the next batch is being generated: shutdown stops the engines first
+    (which ends that generation), waits for it, and lets the output folder go last."""
+    from services.trainer.loop import Trainer
+
+    order: list[str] = []
+    stopped = threading.Event()
+
+    def generate(step: int):
+        if step == 2:  # an engine generates until it is stopped
+            assert stopped.wait(WAIT_S)
+            order.append("generation ended")
+            raise RuntimeError("engine stopped")
+        return [sample("a")], [], {}
+
+    class Part:
+        def __init__(self, name: str, on_stop=None) -> None:
+            self.name, self.on_stop = name, on_stop
+
+        def __call__(self) -> None:
+            order.append(self.name)
+            if self.on_stop is not None:
+                self.on_stop()
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.batches = BatchSchedule(generate, off_policy_steps=1, last_step=3)
+    trainer.batches.take(1)  # step 1 then fails in its update, with step 2's batch in flight
+    trainer.engine = SimpleNamespace(shutdown=Part("engine", stopped.set))
+    trainer.group = SimpleNamespace(shutdown=Part("group"))
+    trainer.reward_client = SimpleNamespace(close=Part("reward client"))
+    trainer._lock = SimpleNamespace(close=Part("lock"))
+    trainer.shutdown()
+    assert order == ["engine", "group", "reward client", "generation ended", "lock"]
+
+
+def test_closing_gives_up_on_a_generation_that_does_not_end() -> None:
+    release = threading.Event()
+
+    def generate(step: int):
+        if step == 2:
+            release.wait(WAIT_S)
+        return [sample("a")], [], {}
+
+    schedule = BatchSchedule(generate, off_policy_steps=1, last_step=3)
+    schedule.take(1)
+    schedule.close(wait_s=0.2)  # returns; the daemon thread cannot hold the process open
+    assert schedule.pending() is None
+    release.set()

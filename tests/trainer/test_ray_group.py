@@ -14,7 +14,7 @@ import torch
 
 from services.rollout.checkpoint import Checkpoint
 from services.trainer.group import LocalActorGroup
-from services.trainer.ray_group import rank_threads
+from services.trainer.ray_group import generating_cpus, rank_threads
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
 
@@ -42,6 +42,25 @@ def test_a_cpu_rank_computes_with_its_share_of_the_node() -> None:
     assert rank_threads(cores=64, node_cpus=8.0, ranks=1) == 8  # the node's Ray CPUs, not the machine's
     # a container of 4 cores on a 64-core host whose Ray counts 64: 2 ranks split the 4 cores
     assert rank_threads(cores=4, node_cpus=64.0, ranks=2) == 2
+    # engines generating during the update (trainer.off_policy_steps: 1) keep their cores
+    assert rank_threads(cores=2, node_cpus=3.0, ranks=1, busy=1.0) == 1
+    assert rank_threads(cores=16, node_cpus=16.0, ranks=2, busy=2.0) == 7
+    assert rank_threads(cores=2, node_cpus=2.0, ranks=1, busy=2.0) == 1  # never none
+
+
+def test_engines_count_as_busy_during_the_update_only_off_policy() -> None:
+    from services.trainer.config import parse_config
+
+    def cpus(**trainer) -> float:
+        return generating_cpus(parse_config({
+            "data": {"train_files": ["t.jsonl"]}, "actor": {"model_path": "m"},
+            "rollout": {"engines": 2}, "trainer": {"use_ray": True, **trainer},
+        }))  # fmt: skip
+
+    assert cpus() == 0.0  # on-policy engines idle while the ranks update
+    assert cpus(off_policy_steps=1) == 2.0  # two disaggregated engines of 1 Ray CPU
+    assert cpus(off_policy_steps=1, ray_cpus_rollout=1.5) == 3.0
+    assert cpus(off_policy_steps=1, rollout_on_ray=False) == 2.0  # two driver engines' workers
 
 
 def gap(a: list[torch.Tensor] | dict[str, torch.Tensor], b: list[torch.Tensor] | dict) -> float:
