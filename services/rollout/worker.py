@@ -20,14 +20,19 @@ from services.rollout.samples import RolloutSample
 from services.rollout.vllm_bridge import on_cpu
 
 
-def engine_threads(pinned: list[int] | None, slot: tuple[int, int] | None, cores: int) -> int:
+def engine_threads(
+    pinned: list[int] | None, slot: tuple[int, int] | None, cores: int, cap: int | None = None
+) -> int:
     """Threads an in-process CPU engine in an actor computes with: the cores it is pinned to; with a
-    slot it could not be pinned to (fewer ``cores`` than engines), its part of them; alone, all."""
+    slot it could not be pinned to (fewer ``cores`` than engines), its part of them; alone, all; never
+    more than ``cap`` (an engine generating beside the update: its bundle's CPUs)."""
     if pinned:
-        return len(pinned)
-    if slot is not None:
-        return max(1, cores // slot[1])
-    return max(1, cores)
+        threads = len(pinned)
+    elif slot is not None:
+        threads = max(1, cores // slot[1])
+    else:
+        threads = max(1, cores)
+    return min(threads, cap) if cap else threads
 
 
 class RolloutWorker:
@@ -38,7 +43,9 @@ class RolloutWorker:
     ``engine.in_process`` says otherwise. ``cpu_slot``:
     (index, count) of a fleet of engines sharing this host's cores: on vLLM's CPU backend (tensor
     parallel 1) the actor and its engine's processes keep to share ``index``
-    (:func:`~services.rollout.environment.pin_here`); elsewhere it changes nothing."""
+    (:func:`~services.rollout.environment.pin_here`); elsewhere it changes nothing. ``cpu_threads``: at
+    most this many threads for an in-process CPU engine that generates while actor ranks update beside
+    it on the same cores (``trainer.off_policy_steps: 1``): its share, not every core."""
 
     def __init__(
         self,
@@ -49,6 +56,7 @@ class RolloutWorker:
         source: Any = None,
         reward: dict[str, Any] | None = None,
         cpu_slot: tuple[int, int] | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         if source is None and frame_root is not None:
             from services.common.frames import FrameStore
@@ -75,7 +83,7 @@ class RolloutWorker:
             # to the actor's CPU count (1 by default)
             import torch
 
-            torch.set_num_threads(engine_threads(cores, cpu_slot, len(os.sched_getaffinity(0))))
+            torch.set_num_threads(engine_threads(cores, cpu_slot, len(os.sched_getaffinity(0)), cpu_threads))
         self.engine = RolloutEngine(model, rollout, source=source, reward_client=client, cpu_cores=cores)
 
     def info(self) -> dict[str, Any]:

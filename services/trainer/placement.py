@@ -10,6 +10,7 @@ placement to the function that starts its engines. ``--print-config`` checks the
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,11 +200,15 @@ def start_disaggregated(
 
     trainer = config.trainer
     spread = layout.engines > 1 and layout.tensor_parallel_size == 1
+    # generating beside the update, a CPU engine keeps to its bundle's CPUs and leaves the ranks theirs
+    # (ray_group.rank_threads subtracts them): both on every core would wait on each other's threads
+    threads = max(1, math.floor(trainer.ray_cpus_rollout)) if trainer.off_policy_steps else None
 
     def start(index: int) -> Any:
         return RayRolloutEngine(
             model_path, rollout, source=parts["source"], reward=config.reward, cpus=trainer.ray_cpus_rollout,
             gpus=trainer.ray_gpus_rollout, cpu_slot=(index, layout.engines) if spread else None,
+            cpu_threads=threads,
         )  # fmt: skip
 
     # a replacement fetches rank 0's weights again (a pass of buckets of its own, as the loop pushes

@@ -25,7 +25,8 @@ class RayRolloutEngine:
     """One :class:`~services.rollout.worker.RolloutWorker` actor on a bundle of ``cpus`` CPUs and
     ``gpus`` GPUs (None: ``engine.tensor_parallel_size`` GPUs when the cluster has GPUs, none
     otherwise). ``cpu_slot``: (index, count) in a fleet sharing one host's cores (see
-    ``RolloutWorker``). Ray must already be initialised (the actor group does it)."""
+    ``RolloutWorker``), and ``cpu_threads`` too. Ray must already be initialised (the actor group does
+    it)."""
 
     def __init__(
         self,
@@ -37,6 +38,7 @@ class RayRolloutEngine:
         cpus: float = 1.0,
         gpus: float | None = None,
         cpu_slot: tuple[int, int] | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         import ray
         from ray.util.placement_group import placement_group
@@ -81,6 +83,7 @@ class RayRolloutEngine:
                     source=source,
                     reward=reward.model_dump(mode="json"),
                     cpu_slot=cpu_slot,
+                    cpu_threads=cpu_threads,
                 )
             )
             self.info = ray.get(self.worker.info.remote(), timeout=START_TIMEOUT_S)

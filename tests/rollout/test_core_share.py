@@ -79,3 +79,6 @@ def test_an_in_process_engine_in_an_actor_computes_with_its_cores():
     assert engine_threads(None, (0, 3), cores=2) == 1  # 3 engines on 2 cores could not be pinned
     assert engine_threads(None, (0, 2), cores=8) == 4  # unpinned slot: its part, not every core
     assert engine_threads(None, None, cores=16) == 16  # alone: every core (Ray would give it 1)
+    # generating beside the update (trainer.off_policy_steps: 1): its bundle's CPUs at most
+    assert engine_threads(None, None, cores=2, cap=1) == 1
+    assert engine_threads([2, 3], (1, 2), cores=4, cap=4) == 2
