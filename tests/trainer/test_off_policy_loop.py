@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from services.common.synthetic_tasks import make_task_datasets
-from services.common.tiny_models import build_tiny_model
 from services.trainer import checkpoints as ckpt
 from services.trainer.ahead import PENDING_FILE
 from services.trainer.config import load_config
 from services.trainer.loop import Trainer
 from services.trainer.tracking import read_metrics
+from tests.trainer.loop_runs import colour_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,10 +67,7 @@ def by_step(out: Path) -> dict[int, dict[str, float]]:
 def test_one_step_off_policy_generates_during_the_update_and_resumes_exactly(
     reelrl_home: Path, tmp_path: Path
 ) -> None:
-    data = {
-        k: Path(v) for k, v in make_task_datasets(tmp_path / "data", train_videos=4, val_videos=1).items()
-    }
-    model = build_tiny_model("qwen2_5_vl", tmp_path / "tiny", seed=0)
+    data, model = colour_task(tmp_path)
     whole = train(tmp_path / "whole", data, model)
     # step 1 is generated at its start; steps 2 and 3 each during the update before them ...
     assert whole.seen[1]["thread"] == threading.main_thread().name

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from services.common.synthetic_tasks import make_task_datasets
-from services.common.tiny_models import build_tiny_model
 from services.trainer import checkpoints as ckpt
 from services.trainer.config import load_config
 from services.trainer.loop import Trainer
 from services.trainer.tracking import read_metrics
+from tests.trainer.loop_runs import colour_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,10 +93,7 @@ def step_metrics(out: Path, step: int) -> dict[str, float]:
 def test_a_warm_started_kl_run_resumed_on_two_engines_repeats_the_uninterrupted_step(
     reelrl_home: Path, tmp_path: Path
 ) -> None:
-    data = {
-        k: Path(v) for k, v in make_task_datasets(tmp_path / "data", train_videos=4, val_videos=1).items()
-    }
-    model = build_tiny_model("qwen2_5_vl", tmp_path / "tiny", seed=0)
+    data, model = colour_task(tmp_path)
     whole = train(tmp_path / "whole", data, model)
     step1 = ckpt.checkpoint_dir(tmp_path / "whole", 1)
     assert ckpt.read_state(step1)["reference"] == "../../reference"
