@@ -32,8 +32,9 @@ from services.rollout.samples import RolloutGroup
 log = logging.getLogger(__name__)
 
 PENDING_FILE = "pending_batch.json"
-#: how long closing waits for a generation still in flight (the engines are stopped by then, so it
-#: normally ends at once); past it the thread is left to end with the process
+#: how long closing waits for a generation still in flight. The engines are stopped by then: Ray
+#: engines end it at once; an in-process engine's shutdown first waits for its call to finish
+#: (engine_base.IN_PROCESS_STOP_WAIT_S), so it has ended too. Past the limit the run's shutdown goes on.
 CLOSE_WAIT_S = 30.0
 
 
@@ -77,7 +78,8 @@ class BatchSchedule:
             batch = Batch(*self._generate(step), lag=0)
         if self.off_policy_steps and step < self.last_step:
             future: Future[Batch] = Future()
-            # a daemon: a generation still running when the run fails must not hold the process open
+            # a daemon: this thread does not hold the process open (the fleet's own calls, in its pool,
+            # end when its engines stop)
             self._thread = threading.Thread(
                 target=self._ahead_batch,
                 args=(step + 1, future),
@@ -126,7 +128,7 @@ class BatchSchedule:
             log.warning(
                 "the batch generated ahead for step %d was still generating after %.0f s", ahead[0], wait_s
             )
-        except Exception as exc:  # the step that would have taken it is not coming
+        except BaseException as exc:  # the step that would have taken it is not coming; nor is its error
             log.info("the batch generated ahead for step %d is dropped: %s", ahead[0], exc)
 
 

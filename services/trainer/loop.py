@@ -762,8 +762,9 @@ class Trainer:
 
     def shutdown(self) -> None:
         """Engine, then actor ranks (which stop a Ray they started), then the reward client, then a batch
-        still being generated ahead (stopping the engines ends it), then the output folder's lock (no
-        other run takes the folder while this one still runs): each even when an earlier one fails."""
+        still being generated ahead (Ray engines end it when stopped; an in-process engine's shutdown
+        waits for its call), then the output folder's lock (no other run takes the folder while this
+        one still runs): each even when an earlier one fails."""
         # An ExitStack runs every callback even when one raises, last pushed first.
         with contextlib.ExitStack() as stack:
             for name, stop in (

@@ -10,7 +10,6 @@ placement to the function that starts its engines. ``--print-config`` checks the
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -202,7 +201,9 @@ def start_disaggregated(
     spread = layout.engines > 1 and layout.tensor_parallel_size == 1
     # generating beside the update, a CPU engine keeps to its bundle's CPUs and leaves the ranks theirs
     # (ray_group.rank_threads subtracts them): both on every core would wait on each other's threads
-    threads = max(1, math.floor(trainer.ray_cpus_rollout)) if trainer.off_policy_steps else None
+    from services.trainer.ray_group import engine_cpus
+
+    threads = engine_cpus(config) if trainer.off_policy_steps else None
 
     def start(index: int) -> Any:
         return RayRolloutEngine(

@@ -51,17 +51,23 @@ def rank_threads(cores: int, node_cpus: float, ranks: int, busy: float = 0.0) ->
     return max(1, math.floor(min(cores, node_cpus) - busy) // ranks)
 
 
+def engine_cpus(config: TrainConfig) -> int:
+    """Cores one CPU engine computes on while it generates beside the update: its Ray bundle's CPUs in
+    whole cores, at least one. A disaggregated engine keeps to that many threads
+    (``placement.start_disaggregated``) and the ranks leave them to it (:func:`generating_cpus`)."""
+    return max(1, math.floor(config.trainer.ray_cpus_rollout))
+
+
 def generating_cpus(config: TrainConfig) -> float:
     """CPUs the rollout engines compute on while the ranks update: none, unless they generate the next
-    batch then (``trainer.off_policy_steps: 1``): a disaggregated engine's Ray CPUs, a driver engine's
-    worker core."""
+    batch then (``trainer.off_policy_steps: 1``): :func:`engine_cpus` for each engine. (A ``driver``
+    engine computes in the trainer's process, outside the ranks' accounting: counted the same, it is
+    not held to it.)"""
     if not config.trainer.off_policy_steps:
         return 0.0
     from services.trainer.placement import resolve
 
-    layout = resolve(config, cuda=False)
-    per_engine = config.trainer.ray_cpus_rollout if layout.placement == "disaggregated" else 1.0
-    return layout.engines * per_engine
+    return resolve(config, cuda=False).engines * engine_cpus(config)
 
 
 class ActorWorker:
@@ -421,7 +427,9 @@ class RayActorGroup:
 
         nodes = self._gather([w.node.remote() for w in self.workers], "node")
         cpus = {n["NodeID"]: n["Resources"].get("CPU", 1.0) for n in ray.nodes() if n.get("Alive")}
-        busy = generating_cpus(config) if len(cpus) == 1 else 0.0
+        # threads are counted on the CPU only (a GPU rank computes on its GPU)
+        cpu_only = not ray.cluster_resources().get("GPU", 0)
+        busy = generating_cpus(config) if len(cpus) == 1 and cpu_only else 0.0
         return [(cpus.get(node, 1.0), nodes.count(node), busy) for node in nodes]
 
     def _gather(self, refs: Sequence[Any], what: str) -> list[Any]:

@@ -351,6 +351,17 @@ def test_a_failed_step_stops_the_engines_before_waiting_for_the_batch_in_flight(
     assert order == ["engine", "group", "reward client", "generation ended", "lock"]
 
 
+def test_closing_drops_any_error_of_the_batch_it_drops() -> None:
+    def generate(step: int):
+        if step == 2:
+            raise SystemExit("an engine's process exited")
+        return [sample("a")], [], {}
+
+    schedule = BatchSchedule(generate, off_policy_steps=1, last_step=3)
+    schedule.take(1)
+    schedule.close()  # no step takes that batch: its error is logged, not raised out of the shutdown
+
+
 def test_closing_gives_up_on_a_generation_that_does_not_end() -> None:
     release = threading.Event()
 

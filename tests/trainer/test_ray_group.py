@@ -14,7 +14,7 @@ import torch
 
 from services.rollout.checkpoint import Checkpoint
 from services.trainer.group import LocalActorGroup
-from services.trainer.ray_group import generating_cpus, rank_threads
+from services.trainer.ray_group import engine_cpus, generating_cpus, rank_threads
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
 
@@ -59,8 +59,16 @@ def test_engines_count_as_busy_during_the_update_only_off_policy() -> None:
 
     assert cpus() == 0.0  # on-policy engines idle while the ranks update
     assert cpus(off_policy_steps=1) == 2.0  # two disaggregated engines of 1 Ray CPU
-    assert cpus(off_policy_steps=1, ray_cpus_rollout=1.5) == 3.0
+    assert cpus(off_policy_steps=1, ray_cpus_rollout=1.5) == 2.0  # whole cores: one each
     assert cpus(off_policy_steps=1, rollout_on_ray=False) == 2.0  # two driver engines' workers
+    # the engines' own cap (placement.start_disaggregated) is what the ranks leave them, whole cores
+    assert cpus(off_policy_steps=1, ray_cpus_rollout=0.5) == 2.0
+    for share in (0.5, 1.0, 1.5, 2.0):
+        config = parse_config({
+            "data": {"train_files": ["t.jsonl"]}, "actor": {"model_path": "m"},
+            "trainer": {"use_ray": True, "off_policy_steps": 1, "ray_cpus_rollout": share},
+        })  # fmt: skip
+        assert generating_cpus(config) == engine_cpus(config) == max(1, int(share))
 
 
 def gap(a: list[torch.Tensor] | dict[str, torch.Tensor], b: list[torch.Tensor] | dict) -> float:
