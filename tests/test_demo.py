@@ -37,6 +37,29 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.timeout(1500)  # ~100 s alone; 470 s was seen beside the learning test in the other session
+def left_behind(text: str) -> int:
+    """Resources Python's resource tracker reported leaked and then found still there. It names each
+    shared-memory segment it could not unlink because it was gone already (ENOENT): one the engine
+    cleanup removed after vLLM force-killed the process that made it (engine_processes.release). Only
+    the others were left behind."""
+    leaked = sum(int(n) for n in re.findall(r"There appear to be (\d+) leaked \w+ objects", text))
+    gone = len(re.findall(r"resource_tracker: '[^']+': \[Errno 2\] No such file or directory", text))
+    return leaked - gone
+
+
+def test_a_segment_already_removed_is_not_left_behind() -> None:
+    removed = (
+        "resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked shared_memory "
+        "objects to clean up at shutdown\n  warnings.warn('resource_tracker: There appear to be %d '\n"
+        "resource_tracker.py:267: UserWarning: resource_tracker: '/psm_bc7611ba': [Errno 2] No such file "
+        "or directory: '/psm_bc7611ba'\n"
+    )
+    assert left_behind(removed) == 0
+    assert left_behind(removed.replace("1 leaked", "2 leaked")) == 1  # one more, which the tracker found
+    assert left_behind("resource_tracker: There appear to be 3 leaked semaphore objects to clean up") == 3
+    assert left_behind("") == 0
+
+
 def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"COLUMNS": "120"}
@@ -102,8 +125,9 @@ def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tm
     noise = ("INFO", "WARNING", "EngineCore", "Warning:", "warnings.warn", "Traceback", "tcmalloc", "NUMA")
     shown = [line for line in output.splitlines() if any(word in line for word in noise)]
     assert not shown, shown[:10]
-    # nothing left behind after the stop (Python's resource tracker names what a process leaked)
-    assert "leaked" not in output and "leaked" not in log.read_text(), log.read_text()[-2000:]
+    # nothing left behind after the stop (Python's resource tracker names what a process leaked; a
+    # segment of an engine process that vLLM force-killed is removed by the engine's cleanup)
+    assert left_behind(output) == 0 and left_behind(log.read_text()) == 0, log.read_text()[-2000:]
 
     # The page it served lists the two evaluations with their scores, side by side with the train job.
     for job in evals:

@@ -205,6 +205,12 @@ class Trainer:
         self.hooks = hooks or Hooks()
         self.job_id = job_id
         self.output_dir = Path(config.trainer.output_dir)
+        # each step's batch, generated at its start or during the previous update (trainer.off_policy_steps)
+        self.batches = BatchSchedule(
+            self.generate,
+            off_policy_steps=config.trainer.off_policy_steps,
+            last_step=config.trainer.total_steps,
+        )
 
     # ------------------------------------------------------------------ setup (named steps) -----------
 
@@ -248,10 +254,6 @@ class Trainer:
             resume=ckpt.read_state(self.resume_from).get("trackers", {}) if self.resume_from else None,
         )
         self.start_step = 0
-        # each step's batch, generated at its start or during the previous update (trainer.off_policy_steps)
-        self.batches = BatchSchedule(
-            self.generate, off_policy_steps=cfg.trainer.off_policy_steps, last_step=cfg.trainer.total_steps
-        )
         if self.resume_from is not None:
             self._load_checkpoint(self.resume_from)
         # Without a checkpoint nothing earlier counts (step 0's validation included); with one, the
