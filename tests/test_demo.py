@@ -36,7 +36,6 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.timeout(1500)  # ~100 s alone; 470 s was seen beside the learning test in the other session
 def left_behind(text: str) -> int:
     """Resources Python's resource tracker reported leaked and then found still there. It names each
     shared-memory segment it could not unlink because it was gone already (ENOENT): one the engine
@@ -60,6 +59,7 @@ def test_a_segment_already_removed_is_not_left_behind() -> None:
     assert left_behind("") == 0
 
 
+@pytest.mark.timeout(1500)  # ~100 s alone; 470 s was seen beside the learning test in the other session
 def test_demo_prints_both_evaluations_and_records_its_jobs(reelrl_home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"COLUMNS": "120"}

@@ -72,8 +72,9 @@ class BatchSchedule:
         if self._ahead is not None and self._ahead[0] != step:
             raise RuntimeError(f"the batch generated ahead is for step {self._ahead[0]}, not {step}")
         if self._ahead is not None:
-            future, self._ahead = self._ahead[1], None
-            batch = future.result()
+            # cleared once it has ended: interrupted meanwhile, close() still waits for it
+            batch = self._ahead[1].result()
+            self._ahead = None
         else:
             batch = Batch(*self._generate(step), lag=0)
         if self.off_policy_steps and step < self.last_step:
@@ -123,13 +124,16 @@ class BatchSchedule:
         if ahead is None:
             return
         try:
-            ahead[1].result(timeout=wait_s)
+            # its own error is returned, not raised: no step takes it; what is raised here (a signal on
+            # this thread) is this thread's and goes on
+            error = ahead[1].exception(timeout=wait_s)
         except TimeoutError:
             log.warning(
                 "the batch generated ahead for step %d was still generating after %.0f s", ahead[0], wait_s
             )
-        except BaseException as exc:  # the step that would have taken it is not coming; nor is its error
-            log.info("the batch generated ahead for step %d is dropped: %s", ahead[0], exc)
+            return
+        if error is not None:
+            log.info("the batch generated ahead for step %d is dropped: %s", ahead[0], error)
 
 
 def behaviour_log_probs(

@@ -60,14 +60,15 @@ def engine_cpus(config: TrainConfig) -> int:
 
 def generating_cpus(config: TrainConfig) -> float:
     """CPUs the rollout engines compute on while the ranks update: none, unless they generate the next
-    batch then (``trainer.off_policy_steps: 1``): :func:`engine_cpus` for each engine. (A ``driver``
-    engine computes in the trainer's process, outside the ranks' accounting: counted the same, it is
-    not held to it.)"""
+    batch then (``trainer.off_policy_steps: 1``): :func:`engine_cpus` for each disaggregated engine, a
+    core for each ``driver`` engine (it computes in the trainer's process, outside Ray's accounting,
+    and is not held to that core)."""
     if not config.trainer.off_policy_steps:
         return 0.0
     from services.trainer.placement import resolve
 
-    return resolve(config, cuda=False).engines * engine_cpus(config)
+    layout = resolve(config, cuda=False)
+    return layout.engines * (engine_cpus(config) if layout.placement == "disaggregated" else 1)
 
 
 class ActorWorker:

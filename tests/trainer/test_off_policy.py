@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -348,7 +349,10 @@ def test_a_failed_step_stops_the_engines_before_waiting_for_the_batch_in_flight(
     trainer.reward_client = SimpleNamespace(close=Part("reward client"))
     trainer._lock = SimpleNamespace(close=Part("lock"))
     trainer.shutdown()
-    assert order == ["engine", "group", "reward client", "generation ended", "lock"]
+    # the generation ends once the engines stop (when exactly, beside group and reward client, is the
+    # scheduler's choice), and the folder is let go only after it
+    assert order[0] == "engine" and order[-1] == "lock", order
+    assert sorted(order[1:-1]) == ["generation ended", "group", "reward client"], order
 
 
 def test_closing_drops_any_error_of_the_batch_it_drops() -> None:
@@ -372,6 +376,34 @@ def test_closing_gives_up_on_a_generation_that_does_not_end() -> None:
 
     schedule = BatchSchedule(generate, off_policy_steps=1, last_step=3)
     schedule.take(1)
+    began = time.monotonic()
     schedule.close(wait_s=0.2)  # returns; the daemon thread cannot hold the process open
+    assert time.monotonic() - began < WAIT_S / 2  # not the generation's end (WAIT_S away)
     assert schedule.pending() is None
     release.set()
+
+
+def test_an_interrupted_take_still_leaves_the_batch_for_close_to_wait_on() -> None:
+    """A wait for the batch generated ahead that is interrupted (Ctrl-C, a task's time limit) leaves
+    it in place: the shutdown's close still waits for its generation before the folder is let go."""
+
+    class Interrupted:  # a future whose wait a signal interrupts
+        waited = 0
+
+        def result(self, timeout=None):
+            raise KeyboardInterrupt
+
+        def exception(self, timeout=None):
+            self.waited += 1
+            return None
+
+    schedule = BatchSchedule(recording([]), off_policy_steps=1, last_step=3)
+    schedule.take(1)
+    schedule.settle()
+    stand_in = Interrupted()
+    schedule._ahead = (2, stand_in)
+    with pytest.raises(KeyboardInterrupt):
+        schedule.take(2)
+    assert schedule._ahead == (2, stand_in)
+    schedule.close()
+    assert stand_in.waited == 1
