@@ -9,9 +9,12 @@ Runs, one at a time (two at once would share the 2 cores):
    minutes until held-out accuracy first reached 0.9; the whole budget if it never did);
 2. ``nomix``: the same budget without offline trajectories: ``learning_mix_gain`` = accuracy with ÷
    accuracy without (the latter floored at chance, 0.25, so a run that never answers cannot divide by 0);
-3. ``rl``: the direction task by pure RL: a format warm start whose offline answers are uniformly random
+3. ``offpolicy``: ``mix`` again with ``trainer.off_policy_steps: 1`` (each batch generated during the
+   previous update, one update stale): ``learning_off_policy_heldout_accuracy``,
+   ``learning_off_policy_minutes``;
+4. ``rl``: the direction task by pure RL: a format warm start whose offline answers are uniformly random
    letters, then GRPO on data with no correct answer anywhere: ``learning_rl_only_accuracy``;
-4. ``cached`` / ``realtime``: the same steps with clips from the frame store vs decoded every time
+5. ``cached`` / ``realtime``: the same steps with clips from the frame store vs decoded every time
    (360p, 10 s sources): ``train_step_realtime_over_cached`` and ``train_tokens_per_s``, plus the
    per-phase breakdown printed and written to docs/benchmarks.md by hand.
 Curves go to docs/learning_curves.png. Figures go to bench/results.json.
@@ -130,7 +133,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="budget of the mix and no-mix runs")
     parser.add_argument("--rl-steps", type=int, default=400)
     parser.add_argument("--cache-steps", type=int, default=8)
-    parser.add_argument("--only", default="mix,nomix,rl,cache")
+    parser.add_argument("--only", default="mix,nomix,rl,offpolicy,cache")
     add_load_argument(parser)
     args = parser.parse_args()
     watch = LoadWatch.begin("bench_learning", args.allow_load)
@@ -164,6 +167,23 @@ def main() -> None:
             )
         figures["learning_nomix_accuracy"] = round(without, 3)
         print(f"no mix: held-out {without:.3f}", flush=True)
+    offpolicy_args = [*budget, "trainer.off_policy_steps=1"]
+    off = (
+        run_train(CONFIG, offpolicy_args, work, "offpolicy")
+        if "offpolicy" in only
+        else earlier_run(work, "offpolicy")
+    )
+    if off is not None:
+        curves["mix-policy, one step off-policy (colour)"] = off
+        reached = minutes_to(off, 0.9)
+        figures["learning_off_policy_heldout_accuracy"] = round(val_curve(off)[-1][2], 3)
+        figures["learning_off_policy_minutes"] = round(
+            reached if reached is not None else off[-1]["perf/elapsed_s"] / 60, 2
+        )
+        print(
+            f"one step off-policy: held-out {val_curve(off)[-1][2]:.3f}, reached 0.9 after {reached} min",
+            flush=True,
+        )
     rl_args = [f"trainer.total_steps={args.rl_steps}", "trainer.val_freq=20", "trainer.save_freq=0"]
     rl = run_train(RL_CONFIG, rl_args, work, "rl") if "rl" in only else earlier_run(work, "rl")
     if rl is not None:
