@@ -96,13 +96,19 @@ def test_one_step_ahead_generates_the_next_batch_while_the_step_works() -> None:
     assert all(name.startswith("rollout-ahead") for _, name in log[1:])
 
 
-def test_a_failed_generation_ahead_fails_at_the_settle_not_a_step_later() -> None:
+def failing_ahead(error: BaseException):
+    """A ``generate`` whose step-2 batch (the first one generated ahead) raises ``error``."""
+
     def generate(step: int):
         if step == 2:
-            raise RuntimeError("engine 0 failed")
+            raise error
         return [sample("a")], [], {}
 
-    schedule = BatchSchedule(generate, off_policy_steps=1, last_step=3)
+    return generate
+
+
+def test_a_failed_generation_ahead_fails_at_the_settle_not_a_step_later() -> None:
+    schedule = BatchSchedule(failing_ahead(RuntimeError("engine 0 failed")), off_policy_steps=1, last_step=3)
     schedule.take(1)
     with pytest.raises(RuntimeError, match="engine 0 failed"):
         schedule.settle()
@@ -356,12 +362,9 @@ def test_a_failed_step_stops_the_engines_before_waiting_for_the_batch_in_flight(
 
 
 def test_closing_drops_any_error_of_the_batch_it_drops() -> None:
-    def generate(step: int):
-        if step == 2:
-            raise SystemExit("an engine's process exited")
-        return [sample("a")], [], {}
-
-    schedule = BatchSchedule(generate, off_policy_steps=1, last_step=3)
+    schedule = BatchSchedule(
+        failing_ahead(SystemExit("an engine's process exited")), off_policy_steps=1, last_step=3
+    )
     schedule.take(1)
     schedule.close()  # no step takes that batch: its error is logged, not raised out of the shutdown
 
