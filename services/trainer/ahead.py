@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -64,7 +63,6 @@ class BatchSchedule:
             raise ValueError(f"off_policy_steps must be 0 or 1, got {off_policy_steps!r}")
         self._generate, self.off_policy_steps, self.last_step = generate, off_policy_steps, last_step
         self._ahead: tuple[int, Future[Batch]] | None = None
-        self._thread: threading.Thread | None = None
 
     def take(self, step: int) -> Batch:
         """Step ``step``'s batch: the one generated ahead for it (waiting for it if need be), else one
@@ -81,14 +79,14 @@ class BatchSchedule:
             future: Future[Batch] = Future()
             # a daemon: this thread does not hold the process open (the fleet's own calls, in its pool,
             # end when its engines stop)
-            self._thread = threading.Thread(
+            thread = threading.Thread(
                 target=self._ahead_batch,
                 args=(step + 1, future),
                 name=f"rollout-ahead-{step + 1}",
                 daemon=True,
             )
             self._ahead = (step + 1, future)
-            self._thread.start()
+            thread.start()
         return batch
 
     def _ahead_batch(self, step: int, future: Future[Batch]) -> None:
@@ -162,8 +160,9 @@ def behaviour_log_probs(
 
 
 def save_pending(folder: Path, pending: tuple[int, Batch] | None, samples: Sequence[Any]) -> None:
-    """Write the batch generated ahead into a checkpoint ``folder`` (nothing when there is none). Its
-    samples are stored as positions in the run's ``samples`` (the checkpoint's identity pins that list)."""
+    """Write the batch generated ahead into a checkpoint's temp ``folder`` (nothing when there is none),
+    which the trainer flushes and renames into place as a whole. Its samples are stored as positions in
+    the run's ``samples`` (the checkpoint's identity pins that list)."""
     if pending is None:
         return
     step, batch = pending
@@ -175,13 +174,8 @@ def save_pending(folder: Path, pending: tuple[int, Batch] | None, samples: Seque
         "groups": [g.model_dump(mode="json") for g in batch.groups],
         "metrics": batch.metrics,
     }
-    path = folder / PENDING_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f)  # floats as repr: the log-probs come back bit for bit
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    # floats as repr: the log-probs come back bit for bit
+    (folder / PENDING_FILE).write_text(json.dumps(record))
 
 
 def load_pending(folder: Path, samples: Sequence[Any]) -> tuple[int, Batch] | None:

@@ -158,24 +158,23 @@ def _micro_step(
     metrics_extra: dict[str, float] = {}
     mask = mb.response_mask.to(actor.device)
     log_probs, entropy = actor.forward(mb, temperature=temperature, entropy=True)
-    given = [t.old_log_probs is not None for t in tg]
-    if not any(given):
-        old = log_probs.detach()
-        if temperature == 1.0:
-            metrics_extra = _rollout_gap(old, seqs)
-    else:
-        old = pad_rows(
-            [t.old_log_probs.tolist() if t.old_log_probs is not None else [] for t in tg], width
-        ).to(actor.device)
-        if not all(given):  # the rows without: the current log-probs, as when none is given
-            old = torch.where(torch.tensor(given, device=actor.device).unsqueeze(-1), old, log_probs.detach())
-    adv = pad_rows([t.advantages.tolist() for t in tg], width).to(actor.device)
+    current = log_probs.detach()
+    given = torch.tensor([t.old_log_probs is not None for t in tg], device=actor.device)
     offline = torch.tensor([s.offline for s in seqs], device=actor.device)
+    if not given.any() and temperature == 1.0:
+        metrics_extra = _rollout_gap(current, seqs)
+    # Rows whose old log-probs are the current ones: those given none, and offline ones under the
+    # likelihood term (ratio exp(logp - sg(logp)) = 1 with the gradient of logp: the advantage-weighted
+    # likelihood).
+    same = ~given | offline if offline_term == "likelihood" else ~given
+    if same.all():
+        old = current
+    else:
+        rows = [t.old_log_probs.tolist() if t.old_log_probs is not None else [] for t in tg]
+        old = torch.where(same.unsqueeze(-1), current, pad_rows(rows, width).to(actor.device))
+    adv = pad_rows([t.advantages.tolist() for t in tg], width).to(actor.device)
     if offline_weight != 1.0 and offline.any():
         adv = adv * torch.where(offline, offline_weight, 1.0).unsqueeze(-1)
-    if offline_term == "likelihood" and offline.any():
-        # ratio exp(logp - sg(logp)) = 1 with the gradient of logp: the advantage-weighted likelihood
-        old = torch.where(offline.unsqueeze(-1), log_probs.detach(), old)
     inputs = dict(params)
     if loss_name == "luffy":
         inputs["offline_mask"] = offline
