@@ -38,11 +38,18 @@ def preprocess(
     retry_failed: bool = typer.Option(
         False, "--retry-failed", help="Decode again clips that failed before (same file, same parameters)."
     ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace OUT (and OUT.failed.jsonl) even if no preprocess run wrote them."
+    ),
 ) -> None:
     """Decode, sample and resize every video of DATASET once, into the frame store.
 
+    OUT may replace only a file an earlier preprocess run wrote there (unchanged since); any other
+    existing file is refused before any work unless --overwrite.
+
     Exit status: 0 every row succeeded; 1 some rows failed (OUT and OUT.failed.jsonl are written);
-    2 invalid parameters or settings; 3 timed out or the worker pool died (nothing written).
+    2 invalid parameters or settings, or OUT names a file preprocess did not write; 3 timed out or the
+    worker pool died (nothing written).
     """
     from services.preprocess.cli import preprocess_command
 
@@ -51,7 +58,7 @@ def preprocess(
         "min_pixels": min_pixels, "max_pixels": max_pixels, "total_pixels": total_pixels,
     }  # fmt: skip
     given = {k: v for k, v in given.items() if v is not None}
-    raise typer.Exit(preprocess_command(dataset, out, given, workers, timeout, retry_failed))
+    raise typer.Exit(preprocess_command(dataset, out, given, workers, timeout, retry_failed, overwrite))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

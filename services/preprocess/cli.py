@@ -55,7 +55,9 @@ def preprocess_command(
     workers: int,
     timeout: float | None,
     retry_failed: bool = False,
+    overwrite: bool = False,
 ) -> int:
+    from services.common.outputs import OutputTaken
     from services.common.settings import get_settings
     from services.preprocess.dispatch import run_preprocess
     from services.preprocess.local_workers import WorkerPoolDied
@@ -73,6 +75,11 @@ def preprocess_command(
         _invalid(exc, "settings")
         return ExitCode.usage
     out = out or dataset.with_name(f"{dataset.stem}.clips.jsonl")
+    if out.resolve() == dataset.resolve():
+        console.print(
+            "[red]invalid --out[/red]: it must differ from DATASET (the input would be overwritten)"
+        )
+        return ExitCode.usage
     try:
         with Progress(
             TextColumn("[bold]preprocess"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
@@ -81,9 +88,12 @@ def preprocess_command(
             task = bar.add_task("clips", total=None)
             report = run_preprocess(
                 dataset, out, params, workers=workers, timeout_s=timeout, settings=settings,
-                retry_failed=retry_failed,
+                retry_failed=retry_failed, overwrite=overwrite,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )  # fmt: skip
+    except OutputTaken as exc:
+        console.print(f"[red]refused[/red]: {plain(str(exc))}")
+        return ExitCode.usage
     except (TimeoutError, WorkerPoolDied) as exc:
         console.print(f"[red]preprocess did not finish[/red]: {plain(str(exc))}")
         console.print("nothing was written; clips finished so far are kept and reused by the next run")

@@ -15,6 +15,7 @@ from services.common.db import ClipStatus, session_scope
 from services.common.frames import FrameStore, VideoParams, clip_key
 from services.common.frames.hashing import content_hash, source_size
 from services.common.frames.index import Requested, register_asset, request_clip, statuses
+from services.common.outputs import check_output_file, forget_output_file, record_output_file
 from services.common.settings import Settings, get_settings
 from services.preprocess.dataset import (
     InputError,
@@ -100,6 +101,8 @@ def run_preprocess(
     progress: ProgressFn | None = None,
     settings: Settings | None = None,
     retry_failed: bool = False,
+    overwrite: bool = False,
+    job_id: str | None = None,
 ) -> PreprocessReport:
     """Preprocess every video of ``dataset``; OUT gets the rows plus ``clips`` and ``clip_params``
     (each clip's canonical decode parameters, aligned with ``clips``), failures a side file.
@@ -108,9 +111,15 @@ def run_preprocess(
     decoding); 0 relies on workers already consuming the broker's ``preprocess`` queue
     (`reelrl worker preprocess`). A clip that failed before (same bytes, same parameters) is not
     decoded again unless ``retry_failed``.
+
+    OUT and its failures file may only replace files an earlier preprocess run wrote there
+    (:mod:`services.common.outputs`): anything else raises ``OutputTaken`` before any work, unless
+    ``overwrite``. ``job_id`` is recorded beside the outputs.
     """
     settings = settings or get_settings()
     started = time.monotonic()
+    outputs = (out.resolve(), failed_path(out.resolve()))
+    _check_outputs(outputs, overwrite)
     report = PreprocessReport()
     rows = read_rows(dataset)
     report.samples = len(rows)
@@ -154,16 +163,32 @@ def run_preprocess(
         else:
             bad_rows.append({**row.data, "error": row.error})
             report.errors.append(row.error)
+    _check_outputs(outputs, overwrite)  # again: something may have appeared there while clips decoded
     report.succeeded = write_jsonl_atomic(out, ok_rows)
+    record_output_file(outputs[0], OUTPUT_KIND, job_id)
     report.failed = len(bad_rows)
     report.out = out
     report.failed_out = failed_path(out)
     if bad_rows:
         write_jsonl_atomic(report.failed_out, bad_rows)
-    else:
-        report.failed_out.unlink(missing_ok=True)
+        record_output_file(outputs[1], OUTPUT_KIND, job_id)
+    elif outputs[1].exists():  # an earlier run's failures (checked above): none are left
+        outputs[1].unlink()
+        forget_output_file(outputs[1])
     report.elapsed_s = time.monotonic() - started
     return report
+
+
+OUTPUT_KIND = "preprocess"
+OVERWRITE_HINT = (
+    "Name a new output path or move that file away (`reelrl preprocess --overwrite` replaces it)."
+)
+
+
+def _check_outputs(paths: tuple[Path, ...], overwrite: bool) -> None:
+    if not overwrite:
+        for path in paths:
+            check_output_file(path, OUTPUT_KIND, hint=OVERWRITE_HINT)
 
 
 def _with_path(path: Path, error: str | None) -> str:

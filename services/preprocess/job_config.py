@@ -1,20 +1,25 @@
 """The config of a ``preprocess`` job submitted over the API: which dataset, where to write, how to decode.
 
 Paths must lie inside the configured data roots (``REELRL_DATA_ROOTS``): a job names files on the
-server, so without roots no path is accepted. Relative paths are taken under the roots.
+server, so without roots no path is accepted. Relative paths are taken under the roots. ``out`` (and
+the failures file beside it) must be new, or a file an earlier preprocess run wrote and nobody changed
+since: a job never replaces a file it did not make (services/common/outputs.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from services.common.data_roots import inside_roots, job_roots
 from services.common.frames import VideoParams
 from services.common.job_bounds import check_samples
 from services.common.jobs import JobSettings
-from services.preprocess.dataset import InputError, resolve_video
+from services.common.outputs import check_output_file
+from services.preprocess.dataset import InputError, failed_path, resolve_video
+
+_NEW_OUT = "A job writes only new files or its kind's earlier outputs: choose a new out."
 
 
 class PreprocessJobConfig(BaseModel):
@@ -42,10 +47,14 @@ class PreprocessJobConfig(BaseModel):
 
     @field_validator("out")
     @classmethod
-    def _out_inside_roots(cls, value: Path) -> Path:
+    def _out_inside_roots(cls, value: Path, info: ValidationInfo) -> Path:
         path = inside_roots(value, job_roots())
         if path.is_dir():
             raise ValueError(f"{value}: is a directory; name the output JSONL file")
+        if path == info.data.get("dataset"):
+            return path  # refused below, saying why
+        for output in (path, failed_path(path)):
+            check_output_file(output, "preprocess", hint=_NEW_OUT)
         return path
 
     @model_validator(mode="after")

@@ -35,6 +35,7 @@ def preprocess_job(job_id: str) -> None:
         report = run_preprocess(
             config.dataset, config.out, config.video_params, workers=config.workers,
             timeout_s=config.timeout_s, progress=progress, retry_failed=config.retry_failed,
+            job_id=ctx.job_id,
         )  # fmt: skip
         result = asdict(report)
         result["errors"] = report.errors[:_ERRORS_KEPT]

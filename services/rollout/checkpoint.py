@@ -13,13 +13,17 @@ from services.rollout.param_names import ParameterNames, checkpoint_names
 END_OF_TURN = "<|im_end|>"
 
 
+class ModelFolderError(ValueError):
+    """A model folder that is not a checkpoint of a supported family (the user's input, not a crash)."""
+
+
 def family_of(hf_config: Any) -> Family:
     """The model family of a checkpoint, from its ``model_type``."""
     for family in FAMILIES.values():
         if family.model_type == hf_config.model_type:
             return family
     known = ", ".join(f.model_type for f in FAMILIES.values())
-    raise ValueError(f"model type {hf_config.model_type!r} is not a supported family ({known})")
+    raise ModelFolderError(f"model type {hf_config.model_type!r} is not a supported family ({known})")
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,10 @@ class Checkpoint:
         from transformers import AutoConfig, AutoProcessor
 
         path = str(path)
-        hf_config = AutoConfig.from_pretrained(path)
+        try:
+            hf_config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as exc:  # no folder, no config.json, no or an unknown model_type
+            raise ModelFolderError(f"{path}: not a model checkpoint transformers can read ({exc})") from exc
         processor = AutoProcessor.from_pretrained(path)
         end = processor.tokenizer.convert_tokens_to_ids(END_OF_TURN)
         if end is None or end == processor.tokenizer.unk_token_id:

@@ -50,15 +50,55 @@ class ResumeMismatch(ValueError):
 #: run-identity entries added after checkpoints were first written, and the value a checkpoint
 #: without one was written with
 IDENTITY_DEFAULTS: dict[str, Any] = {"off_policy_steps": 0}
+#: run-identity entries added later whose value an older checkpoint cannot tell: not compared when the
+#: checkpoint lacks them
+IDENTITY_UNKNOWN_BEFORE = frozenset({"model"})
+# config.json entries that name where or with what a model was saved, not what it is
+_VOLATILE_CONFIG_KEYS = frozenset({"_name_or_path", "transformers_version"})
 
 
 def identity_changes(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The entries of a run's identity that differ between a checkpoint (``saved``) and the run
     resuming from it, as (checkpoint's, now): both ways, an entry missing on one side read as its
-    default."""
+    default (entries of :data:`IDENTITY_UNKNOWN_BEFORE` the checkpoint lacks are not compared)."""
     keys = [*now, *(k for k in saved if k not in now)]
+    keys = [k for k in keys if k in saved or k not in IDENTITY_UNKNOWN_BEFORE]
     values = {k: (saved.get(k, IDENTITY_DEFAULTS.get(k)), now.get(k, IDENTITY_DEFAULTS.get(k))) for k in keys}
     return {k: (a, b) for k, (a, b) in values.items() if a != b}
+
+
+def model_identity(model_path: str | Path) -> dict[str, Any]:
+    """What names the model a run trains: its resolved folder, family (``model_type``) and the sha256 of
+    its ``config.json`` (canonical JSON, without where or with which library version it was saved)."""
+    import hashlib
+
+    path = Path(model_path).resolve()
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    if not isinstance(config, dict):
+        config = {}
+    kept = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
+    digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+    return {"path": str(path), "model_type": config.get("model_type"), "config_sha256": digest}
+
+
+def check_resume_model(folder: Path, model_path: str | Path) -> None:
+    """Raises :class:`ResumeMismatch` when ``folder``'s checkpoint was trained from another model than
+    ``model_path`` (resuming would train the checkpoint's model while the run records the other one).
+    A checkpoint from before the model was recorded is not checked."""
+    saved = read_state(folder).get("run", {}).get("model")
+    now = model_identity(model_path)
+    if saved is None or saved == now:
+        return
+    what = [k for k in ("path", "model_type", "config_sha256") if saved.get(k) != now.get(k)]
+    raise ResumeMismatch(
+        f"cannot resume from {folder}: it trains {saved.get('path')} ({saved.get('model_type')}), not "
+        f"actor.model_path={now['path']} ({now['model_type']}; differs in {', '.join(what)}); set "
+        f"actor.model_path={saved.get('path')} to continue that run, or start this model in another "
+        "trainer.output_dir (or trainer.resume=none)"
+    )
 
 
 class OutputDirBusy(RuntimeError):
@@ -98,7 +138,10 @@ def resolve_resume(output_dir: Path, resume: str) -> Path | None:
         return found[-1][1] if found else None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
-        raise FileNotFoundError(f"trainer.resume={resume}: not a complete checkpoint (no {STATE_FILE})")
+        raise ResumeMismatch(
+            f"trainer.resume={resume}: not a complete checkpoint (no {STATE_FILE}); name a "
+            "checkpoints/step_NNNNNN folder, or use trainer.resume=auto or none"
+        )
     return path
 
 

@@ -22,7 +22,7 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
     try:
         cfg = load_config(config, overrides)
     except (ConfigError, OSError) as exc:
-        console.print(f"[red]error:[/red] {plain(exc)}")
+        console.print(f"[red]error:[/red] {plain(exc)}", soft_wrap=True)
         return 2
     if print_config:
         sys.stdout.write(dump_config(cfg))
@@ -40,6 +40,9 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
     # which would otherwise outlive the trainer holding their memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from services.common.samples import SampleError
+    from services.rollout.checkpoint import ModelFolderError
+    from services.trainer.checkpoints import OutputDirBusy, ResumeMismatch
     from services.trainer.data import DataError
     from services.trainer.loop import Hooks, run
 
@@ -56,8 +59,9 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
 
         try:
             result = run(cfg, hooks=Hooks(on_step=[on_step]))
-        except (DataError, ConfigError) as exc:
-            console.print(f"[red]error:[/red] {plain(exc)}")
+        # the user's inputs (data, model folder, checkpoint, output folder): a message, not a traceback
+        except (DataError, SampleError, ModelFolderError, ConfigError, ResumeMismatch, OutputDirBusy) as exc:
+            console.print(f"[red]error:[/red] {plain(exc)}", soft_wrap=True)
             return 2
     console.print(
         f"{'stopped' if result.stopped else 'finished'} after step {result.steps}: "

@@ -223,6 +223,8 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._lock = ckpt.lock_output_dir(self.output_dir)
         self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
+        if self.resume_from is not None:  # before config.yaml records a model the run would not train
+            ckpt.check_resume_model(self.resume_from, cfg.actor.model_path)
         (self.output_dir / "config.yaml").write_text(dump_config(cfg))
         model_path = str(self.resume_from / ckpt.MODEL_DIR) if self.resume_from else cfg.actor.model_path
         # KL's anchor: the run's model, or the warm-started weights its checkpoint names when resuming
@@ -713,6 +715,7 @@ class Trainer:
             "world_size": cfg.actor.world_size,
             "rollout_n": cfg.rollout.n,
             "off_policy_steps": cfg.trainer.off_policy_steps,  # a lagging batch's ratio differs
+            "model": ckpt.model_identity(cfg.actor.model_path),  # resuming trains the checkpoint's model
         }
 
     def _load_checkpoint(self, folder: Path) -> None:

@@ -254,3 +254,19 @@ class EvalResult(Base):
     # parameters and code version of this result
     manifest: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class OutputFile(Base):
+    """A file a job or command wrote as its output, with the digest of what it wrote: the only existing
+    files an output may replace (services/common/outputs.py). Keyed by the sha256 of the resolved path,
+    which may be longer than an index allows."""
+
+    __tablename__ = "output_files"
+
+    path_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(32))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[str | None] = mapped_column(String(32))
+    written_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,84 @@
+"""`reelrl preprocess` never replaces a file it did not write: OUT (and OUT.failed.jsonl beside it) must
+be new, or what an earlier preprocess run wrote there and nobody changed since, unless --overwrite.
+Through the real command, in its own process (embedded SQLite under the test's home)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TEXT_ROWS = [{"id": f"t{i}", "problem": "2+2?", "answer": "4"} for i in range(2)]  # no clip to decode
+
+
+@pytest.fixture
+def preprocess(reelrl_home):
+    env = {**os.environ, "REELRL_HOME": str(reelrl_home)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli", "preprocess", *args, "--workers", "0", "--timeout", "60"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    return run
+
+
+def test_out_naming_a_video_or_a_model_file_is_refused_and_nothing_changes(
+    preprocess, tmp_path, video_dir, write_dataset
+):
+    dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
+    video = tmp_path / "videos" / "clip_a.mp4"
+    video.parent.mkdir()
+    video.write_bytes((video_dir / "short.mp4").read_bytes())
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    config.write_text('{"model_type": "qwen2_5_vl"}\n')
+    for victim in (video, config):
+        before = victim.read_bytes()
+        done = preprocess(str(dataset), "--out", str(victim))
+        assert done.returncode == 2, done.stderr
+        text = " ".join(done.stderr.split())
+        assert f"refused: {victim}: exists and was not written by a preprocess run" in text
+        assert "--overwrite" in text and "Traceback" not in done.stderr
+        assert victim.read_bytes() == before
+
+
+def test_a_user_file_where_the_failures_would_go_is_refused(preprocess, tmp_path, write_dataset):
+    dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
+    mine = tmp_path / "out.failed.jsonl"  # the name the failures file would take
+    mine.write_text("my notes\n")
+    done = preprocess(str(dataset), "--out", str(tmp_path / "out.jsonl"))
+    assert done.returncode == 2, done.stderr
+    assert f"{mine}: exists and was not written" in " ".join(done.stderr.split())
+    assert mine.read_text() == "my notes\n" and not (tmp_path / "out.jsonl").exists()
+
+
+def test_reruns_replace_their_own_output_but_not_once_someone_edits_it(preprocess, tmp_path, write_dataset):
+    dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
+    out = tmp_path / "train.clips.jsonl"  # the default OUT
+    first = preprocess(str(dataset))
+    assert first.returncode == 0, first.stderr
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["t0", "t1"]
+    again = preprocess(str(dataset))  # its own earlier output: replaced
+    assert again.returncode == 0, again.stderr
+    out.write_text(out.read_text() + '{"id": "added by hand"}\n')
+    edited = preprocess(str(dataset))
+    assert edited.returncode == 2, edited.stderr
+    assert f"{out}: changed since a preprocess run wrote it" in " ".join(edited.stderr.split())
+    assert "added by hand" in out.read_text()
+    forced = preprocess(str(dataset), "--overwrite")
+    assert forced.returncode == 0, forced.stderr
+    assert "added by hand" not in out.read_text()
+    assert preprocess(str(dataset)).returncode == 0  # recorded again by the forced run
+
+
+def test_out_equal_to_the_dataset_is_refused_even_with_overwrite(preprocess, tmp_path, write_dataset):
+    dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
+    before = dataset.read_text()
+    done = preprocess(str(dataset), "--out", str(dataset), "--overwrite")
+    assert done.returncode == 2 and "must differ from DATASET" in done.stderr
+    assert dataset.read_text() == before
