@@ -29,6 +29,7 @@ by itself, so the worker of an earlier attempt can neither write nor keep runnin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -248,18 +249,15 @@ def create_or_get_job(
     if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
         raise ValueError(f"max_retries must be within 0..{MAX_RETRIES_LIMIT}, got {max_retries}")
     config = jsonable(config, "config")
-    if idempotency_key is not None:
-        existing = _by_key(idempotency_key, kind, config)
+    scope = None if idempotency_key is None else _digest(owner or "", idempotency_key)
+    if scope is not None:
+        existing = _by_key(scope, idempotency_key, kind, config)
         if existing is not None:
             return existing, False
-    if exclusive is not None:
-        value = _at(config, exclusive)
-        holder = next((j for j in live_jobs(kind) if _at(j.config, exclusive) == value), None)
-        if value is not None and holder is not None:
-            raise JobConflict(
-                f"{exclusive}={value} is in use by {holder.state.value} {kind} job {holder.id}; wait for it "
-                f"to end, cancel it, or choose another {exclusive}"
-            )
+    value = None if exclusive is None else _at(config, exclusive)
+    held = None if value is None else _digest(kind, json.dumps(value, sort_keys=True))
+    if held is not None:
+        _refuse_if_held(kind, exclusive, value, held)  # the usual case, with the holder named
     job_id = uuid.uuid4().hex
     now = utcnow()
     try:
@@ -267,9 +265,9 @@ def create_or_get_job(
             session.add(
                 Job(
                     id=job_id, kind=kind, state=JobState.queued, config=config,
-                    idempotency_key=idempotency_key, owner=owner, progress_done=0, progress_message="",
-                    cancel_requested=False, attempts=0, max_retries=max_retries, last_seq=1,
-                    created_at=now, updated_at=now,
+                    idempotency_key=idempotency_key, idempotency_scope=scope, exclusive_key=held, owner=owner,
+                    progress_done=0, progress_message="", cancel_requested=False, attempts=0,
+                    max_retries=max_retries, last_seq=1, created_at=now, updated_at=now,
                 )
             )  # fmt: skip
             session.flush()
@@ -277,14 +275,32 @@ def create_or_get_job(
                 JobEvent(job_id=job_id, seq=1, type=STATE_EVENT, data={"state": "queued"}, created_at=now)
             )
     except IntegrityError:
-        if idempotency_key is None:
-            raise
-        # The same key was submitted concurrently: the other insert won.
-        existing = _by_key(idempotency_key, kind, config)
-        if existing is None:
-            raise
-        return existing, False
+        # A concurrent submit won the insert: the same key (its job is the answer), or another live job
+        # of the same exclusive value (uq_jobs_live_exclusive: the read above cannot see it coming).
+        existing = None if scope is None else _by_key(scope, idempotency_key, kind, config)
+        if existing is not None:
+            return existing, False
+        if held is not None:
+            _refuse_if_held(kind, exclusive, value, held)
+        raise
     return get_job(job_id), True
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _refuse_if_held(kind: str, exclusive: str | None, value: Any, held: str) -> None:
+    """:class:`JobConflict` naming the live job of ``kind`` that holds ``exclusive=value``, if any."""
+    with session_scope() as session:
+        holder = session.scalar(
+            select(Job).where(Job.exclusive_key == held, Job.state.in_([JobState.queued, JobState.running]))
+        )
+        if holder is not None:
+            raise JobConflict(
+                f"{exclusive}={value} is in use by {holder.state.value} {kind} job {holder.id}; wait for it "
+                f"to end, cancel it, or choose another {exclusive}"
+            )
 
 
 def create_job(
@@ -316,9 +332,10 @@ def live_jobs(kind: str) -> list[JobInfo]:
         return [_info(job) for job in rows]
 
 
-def _by_key(key: str, kind: str, config: dict[str, Any]) -> JobInfo | None:
+def _by_key(scope: str, key: str, kind: str, config: dict[str, Any]) -> JobInfo | None:
+    """The job this owner submitted with ``key`` (``scope``: the digest of both), if any."""
     with session_scope() as session:
-        job = session.scalar(select(Job).where(Job.idempotency_key == key))
+        job = session.scalar(select(Job).where(Job.idempotency_scope == scope))
         if job is None:
             return None
         if job.kind != kind or _canonical(job.config) != _canonical(config):

@@ -13,11 +13,13 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -113,10 +115,23 @@ class JobState(enum.StrEnum):
         return self in (JobState.succeeded, JobState.failed, JobState.cancelled)
 
 
+LIVE_STATES_SQL = "state IN ('queued', 'running')"
+
+
 class Job(Base):
     """One submitted unit of work (preprocess, train, eval) and its lifecycle (SPEC §7)."""
 
     __tablename__ = "jobs"
+    __table_args__ = (
+        Index("uq_jobs_idempotency_scope", "idempotency_scope", unique=True),
+        Index(
+            "uq_jobs_live_exclusive",
+            "exclusive_key",
+            unique=True,
+            sqlite_where=text(LIVE_STATES_SQL),
+            postgresql_where=text(LIVE_STATES_SQL),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(32), index=True)
@@ -124,7 +139,12 @@ class Job(Base):
         Enum(JobState, name="job_state", native_enum=False, length=16), default=JobState.queued, index=True
     )
     config: Mapped[dict] = mapped_column(JSON)
-    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    # sha256 of (owner, key): a key names one job per owner (token), never another owner's
+    idempotency_scope: Mapped[str | None] = mapped_column(String(64))
+    # sha256 of (kind, the kind's exclusive config value) while it matters: at most one live (queued or
+    # running) job holds a value (uq_jobs_live_exclusive), e.g. one train job per output folder
+    exclusive_key: Mapped[str | None] = mapped_column(String(64))
     owner: Mapped[str | None] = mapped_column(String(200))
     reason: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict | None] = mapped_column(JSON)
