@@ -32,12 +32,40 @@ class _NonFinite:
         self.text = text
 
 
+class _HugeInt:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+#: integers a config may hold: what a signed 64-bit column, numpy or torch can take
+INT_LIMIT = 2**63 - 1
+
+
 def _parse_float(text: str) -> float | _NonFinite:
     value = float(text)
     return value if math.isfinite(value) else _NonFinite(text)
 
 
+def _parse_int(text: str) -> int | _HugeInt:
+    # json's own limit (4,300 digits) is far past any count or size a job may name
+    if len(text.lstrip("-")) > 19:
+        return _HugeInt(text)
+    value = int(text)
+    return value if abs(value) <= INT_LIMIT else _HugeInt(text)
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate (``\\ud800``: valid JSON, not valid Unicode text), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def _non_finite(value: Any, loc: tuple[str | int, ...]) -> list[dict[str, Any]]:
+    """Every number JSON or a config cannot hold, and every string that is no Unicode text, by place.
+    The offending text is never echoed: a lone surrogate would break the 422's own rendering."""
     if isinstance(value, _NonFinite):
         return [
             {
@@ -48,8 +76,41 @@ def _non_finite(value: Any, loc: tuple[str | int, ...]) -> list[dict[str, Any]]:
                 "input": value.text,
             }
         ]
+    if isinstance(value, _HugeInt):
+        digits = len(value.text.lstrip("-"))
+        return [
+            {
+                "type": "int_too_large",
+                "loc": loc,
+                "msg": f"an integer of {digits} digits: integers must lie within ±{INT_LIMIT}",
+                "input": None,
+            }
+        ]
+    if isinstance(value, str):
+        at = _lone_surrogate(value)
+        if at is None:
+            return []
+        return [
+            {
+                "type": "string_unicode",
+                "loc": loc,
+                "msg": f"a lone surrogate at character {at}: the string is not valid Unicode text",
+                "input": None,
+            }
+        ]
     if isinstance(value, dict):
-        return [e for key, item in value.items() for e in _non_finite(item, (*loc, key))]
+        errors = []
+        for key, item in value.items():
+            at = _lone_surrogate(key)
+            if at is not None:
+                place = f"<key with a lone surrogate at character {at}>"
+                errors.append(
+                    {"type": "string_unicode", "loc": (*loc, place), "msg": "a key is not valid Unicode text",
+                     "input": None}
+                )  # fmt: skip
+                continue
+            errors.extend(_non_finite(item, (*loc, key)))
+        return errors
     if isinstance(value, list):
         return [e for i, item in enumerate(value) for e in _non_finite(item, (*loc, i))]
     return []
@@ -66,7 +127,7 @@ def strict_json(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise _invalid(f"the body is not UTF-8 (byte {exc.start})") from None
     try:
-        value = json.loads(text, parse_constant=_NonFinite, parse_float=_parse_float)
+        value = json.loads(text, parse_constant=_NonFinite, parse_float=_parse_float, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise BodyRejected(
             [

@@ -67,7 +67,7 @@ def test_finite_numbers_still_pass(client):
     [
         (b'{"kind": "preprocess", "config": {"dataset": "\xff"}}', "not UTF-8"),
         (b"[" * 100_000 + b"]" * 100_000, "RecursionError"),
-        (b'{"kind": "preprocess", "config": {}, "max_retries": 1' + b"0" * 5000 + b"}", "ValueError"),
+        (b'{"kind": "preprocess", "config": {}, "max_retries": 1' + b"0" * 5000 + b"}", "integers must lie"),
     ],
 )
 def test_unreadable_bodies_are_422_not_400(make_client, content, message):
@@ -236,3 +236,22 @@ def test_two_live_train_jobs_may_not_share_an_output_dir(client, data_root):
     # Once the first job ended, its folder is free again.
     assert client.post(f"/v1/jobs/{first.json()['id']}/cancel").status_code == 200
     assert client.post("/v1/jobs", json=body).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("config", "loc", "message"),
+    [
+        ('"dataset": "tr\\ud800ain.jsonl"', "body.config.dataset", "lone surrogate at character 2"),
+        ('"\\udfff": 1', "body.config.<key with a lone surrogate at character 0>", "key is not valid"),
+        ('"workers": 1' + "0" * 3999, "body.config.workers", "an integer of 4000 digits"),
+        ('"workers": -9223372036854775809', "body.config.workers", "integers must lie within"),
+    ],
+)
+def test_text_and_integers_a_config_cannot_hold_are_422_naming_the_place(client, config, loc, message):
+    """A lone surrogate anywhere was a 500 (UnicodeEncodeError, even while rendering the 422); a
+    4,000-digit integer was accepted into a job config."""
+    response = post_raw(client, '{"kind": "preprocess", "config": {%s}}' % config)
+    assert response.status_code == 422, response.text
+    (error,) = [e for e in response.json()["detail"] if ".".join(map(str, e["loc"])) == loc]
+    assert message in error["msg"] and error["input"] is None
+    assert list_jobs()[1] == 0
