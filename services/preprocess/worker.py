@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -19,6 +20,12 @@ from services.common.frames.decoders import failure_reason
 from services.common.frames.hashing import content_hash
 from services.common.frames.index import Claim, ClaimToken, claim_clip, complete_clip, fail_clip, renew_lease
 from services.common.settings import Settings, get_settings
+
+#: OS errors of the machine, not of the video: recorded as retryable (the next run decodes the clip)
+TRANSIENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EAGAIN, errno.ETIMEDOUT}
+)
+TRANSIENT_NOTE = " (a failure of the machine, not the video: the next run decodes it again)"
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +111,7 @@ def process_clip(key: str, *, settings: Settings | None = None, worker: str | No
     # From the claim on, whatever goes wrong with this clip fails it now, with the exception's type and
     # message: a clip left "running" would wait out its lease and be retried for nothing. Only a worker
     # that dies (or a database that cannot record the failure) leaves it to the lease.
-    recycle = False
+    recycle = retryable = False
     try:
         params = VideoParams.from_canonical(canonical)
         if clip_key(source_hash, params) != key:
@@ -134,17 +141,25 @@ def process_clip(key: str, *, settings: Settings | None = None, worker: str | No
             return _lost(token, "ready")
         return ClipOutcome(key, "ready")
     except DecodeTimeout as exc:
-        error, recycle = str(exc), True
+        error, recycle, retryable = str(exc), True, True
     except (DecodeError, ValueError) as exc:
         error = str(exc)
     except OperationalError:
         raise  # the database, not the clip: the task retries (preprocess.tasks)
+    except OSError as exc:
+        # a full disk or a failing one says nothing about the video: the next run tries it again
+        retryable = exc.errno in TRANSIENT_ERRNOS
+        if not retryable:
+            log.exception("clip %s: unexpected error", key)
+        error = failure_reason(exc)
     except Exception as exc:
         log.exception("clip %s: unexpected error", key)
         error = failure_reason(exc)
+    if retryable:
+        error += TRANSIENT_NOTE
     log.warning("clip %s failed: %s", key, error)
     with session_scope() as session:
-        recorded = fail_clip(session, token, error)
+        recorded = fail_clip(session, token, error, retryable=retryable)
     if not recorded:
         return ClipOutcome(key, "lost", error, recycle_process=recycle)
     return ClipOutcome(key, "failed", error, recycle_process=recycle)

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -74,6 +75,9 @@ class FrameClip(Base):
         index=True,
     )
     error: Mapped[str | None] = mapped_column(Text)
+    # failed for a reason of the machine's (ENOSPC, EIO, a timeout), not the video's: the next request
+    # decodes it again without --retry-failed
+    retryable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     num_frames: Mapped[int | None] = mapped_column(Integer)
     height: Mapped[int | None] = mapped_column(Integer)
     width: Mapped[int | None] = mapped_column(Integer)

@@ -123,7 +123,7 @@ def request_clip(
             return ClipRequest(Requested.queued)
         return ClipRequest(Requested.pending)
     if clip.status == ClipStatus.failed:
-        if not retry_failed:
+        if not retry_failed and not clip.retryable:
             return ClipRequest(Requested.known_failed, clip.error)
         return ClipRequest(
             Requested.queued if _requeue(session, key, ClipStatus.failed) else Requested.pending
@@ -279,12 +279,19 @@ def complete_clip(session: Session, token: ClaimToken, meta: dict[str, Any], nby
     return result.rowcount == 1
 
 
-def fail_clip(session: Session, token: ClaimToken, error: str) -> bool:
-    """Mark the clip failed; False (nothing changed) if ``token`` no longer holds the clip."""
+def fail_clip(session: Session, token: ClaimToken, error: str, *, retryable: bool = False) -> bool:
+    """Mark the clip failed; False (nothing changed) if ``token`` no longer holds the clip.
+    ``retryable``: the machine failed, not the video (the next request decodes it again)."""
     result = session.execute(
         update(FrameClip)
         .where(_held(token))
-        .values(status=ClipStatus.failed, error=error[:4000], finished_at=_now(), lease_until=None)
+        .values(
+            status=ClipStatus.failed,
+            error=error[:4000],
+            retryable=retryable,
+            finished_at=_now(),
+            lease_until=None,
+        )
         .execution_options(synchronize_session=False)
     )
     session.commit()

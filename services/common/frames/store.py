@@ -9,6 +9,7 @@ the index records as ready survives a crash.
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import os
 import shutil
@@ -73,7 +74,10 @@ class FrameStore:
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=tmp_root))
         try:
-            np.save(tmp / FRAMES_FILE, np.ascontiguousarray(array))
+            try:
+                np.save(tmp / FRAMES_FILE, np.ascontiguousarray(array))
+            except OSError as exc:
+                raise _short_write(exc, tmp_root, int(array.nbytes), key) from exc
             entry = {**meta, "key": key, "nbytes": int(array.nbytes), "shape": list(array.shape)}
             (tmp / META_FILE).write_text(json.dumps(entry, indent=1))
             for name in (FRAMES_FILE, META_FILE):
@@ -201,3 +205,16 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _short_write(exc: OSError, folder: Path, nbytes: int, key: str) -> OSError:
+    """``exc`` with the errno numpy leaves out: on a full disk its write ends in "N requested and M
+    written" with no errno, which would read as a property of the clip instead of the machine's."""
+    if exc.errno is not None:
+        return exc
+    free = shutil.disk_usage(folder).free
+    if free >= nbytes:
+        return exc
+    return OSError(
+        errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: clip {key} needs {nbytes} bytes, {free} free in {folder}"
+    )
