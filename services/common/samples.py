@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from services.common.coords import BoxSpace, convert_answer_boxes, family_frame_size
 from services.common.families import FamilyName
+from services.common.json_lines import MAX_DEPTH, RecordError, loads_record
 
 DataType = Literal["video", "image", "text"]
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
@@ -196,15 +197,16 @@ def read_records(path: Path) -> list[tuple[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    records.append((f"{path}:{n}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise SampleError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+                    records.append((f"{path}:{n}", loads_record(line)))
+                except RecordError as exc:
+                    raise SampleError(f"{path}:{n}: {exc}") from None
         return records
     if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SampleError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        text = path.read_text(encoding="utf-8")
+        try:  # a list of records (or {"data": [...]}): two levels above a record's own
+            data = loads_record(text, max_depth=MAX_DEPTH + 2)
+        except RecordError as exc:
+            raise SampleError(f"{path}: {exc}") from None
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):

@@ -40,7 +40,7 @@ class Prediction(BaseModel):
 
 def read_predictions(path: Path) -> dict[str, Prediction]:
     """``id`` → prediction from a JSONL file; a bad line or a repeated id is an error naming the line."""
-    import json
+    from services.common.json_lines import RecordError, loads_record
 
     out: dict[str, Prediction] = {}
     with open(path, encoding="utf-8") as fh:
@@ -48,9 +48,9 @@ def read_predictions(path: Path) -> dict[str, Prediction]:
             if not line.strip():
                 continue
             try:
-                prediction = Prediction.model_validate(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+                prediction = Prediction.model_validate(loads_record(line))
+            except RecordError as exc:
+                raise ValueError(f"{path}:{n}: {exc}") from None
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"{path}:{n}: {problems}") from None

@@ -12,6 +12,7 @@ from typing import Any
 
 from services.common.frames import DecodeError
 from services.common.frames.folder import frame_files
+from services.common.json_lines import RecordError, loads_record
 
 
 class InputError(ValueError):
@@ -26,6 +27,9 @@ class Row:
     videos: list[str] = field(default_factory=list)
 
 
+_KEPT_LINE = 2000  # characters of an unreadable line kept in the failures file
+
+
 def read_rows(path: Path) -> list[Row]:
     """JSONL rows with their video lists. Bad lines become rows with an error, never an abort."""
     rows: list[Row] = []
@@ -34,9 +38,10 @@ def read_rows(path: Path) -> list[Row]:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                rows.append(Row(n, {"_line": line.rstrip("\n")}, f"line {n}: invalid JSON ({exc.msg})"))
+                data = loads_record(line)
+            except RecordError as exc:
+                kept = line.rstrip("\n") if len(line) <= _KEPT_LINE else line[:_KEPT_LINE] + "…"
+                rows.append(Row(n, {"_line": kept}, f"line {n}: {exc}"))
                 continue
             if not isinstance(data, dict):
                 rows.append(Row(n, {"_line": data}, f"line {n}: a row must be a JSON object"))

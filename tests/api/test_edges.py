@@ -250,7 +250,7 @@ def test_two_live_train_jobs_may_not_share_an_output_dir(client, data_root):
 def test_text_and_integers_a_config_cannot_hold_are_422_naming_the_place(client, config, loc, message):
     """A lone surrogate anywhere was a 500 (UnicodeEncodeError, even while rendering the 422); a
     4,000-digit integer was accepted into a job config."""
-    response = post_raw(client, '{"kind": "preprocess", "config": {%s}}' % config)
+    response = post_raw(client, '{"kind": "preprocess", "config": {' + config + "}}")
     assert response.status_code == 422, response.text
     (error,) = [e for e in response.json()["detail"] if ".".join(map(str, e["loc"])) == loc]
     assert message in error["msg"] and error["input"] is None

@@ -84,6 +84,14 @@ def test_bad_inputs_fail_with_a_message(tmp_path):
               "--predictions", str(tmp_path / "pred.jsonl")],
     )  # fmt: skip
     assert result.exit_code == 2 and "pred.jsonl:2: a second prediction for id '0'" in result.output
+    # a line nested too deep: exit 2 naming it (was a RecursionError traceback and exit 1)
+    (tmp_path / "pred.jsonl").write_text('{"id": "0", "response": "4"}\n' + "[" * 5000 + "]" * 5000 + "\n")
+    result = runner.invoke(
+        app, ["eval", "score", "--benchmark", "vsibench", "--annotations", str(tmp_path / "vsi"),
+              "--predictions", str(tmp_path / "pred.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "pred.jsonl:2: nested 5000 levels deep (at most 64)" in " ".join(result.output.split())
     result = runner.invoke(app, ["eval", "samples", "--benchmark", "nope", "--annotations", str(tmp_path)])
     assert result.exit_code == 2 and "unknown benchmark 'nope'" in result.output
 

@@ -82,3 +82,17 @@ def test_out_equal_to_the_dataset_is_refused_even_with_overwrite(preprocess, tmp
     done = preprocess(str(dataset), "--out", str(dataset), "--overwrite")
     assert done.returncode == 2 and "must differ from DATASET" in done.stderr
     assert dataset.read_text() == before
+
+
+def test_one_row_nested_too_deep_fails_alone(preprocess, tmp_path, write_dataset):
+    """It failed the whole command with a RecursionError traceback and wrote nothing."""
+    dataset = write_dataset(tmp_path / "train.jsonl", [TEXT_ROWS[0], "[" * 5000 + "]" * 5000, TEXT_ROWS[1]])
+    done = preprocess(str(dataset), "--out", str(tmp_path / "out.jsonl"))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "line 2: nested 5000 levels deep" in done.stderr
+    assert [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
+        "t0",
+        "t1",
+    ]
+    (failed,) = [json.loads(line) for line in (tmp_path / "out.failed.jsonl").read_text().splitlines()]
+    assert failed["error"] == "line 2: nested 5000 levels deep (at most 64)"
