@@ -106,9 +106,10 @@ def test_resume_refuses_another_model_before_recording_it(tmp_path: Path) -> Non
     same = json.loads((models["a"] / "config.json").read_text()) | {"_name_or_path": "y"}
     (tmp_path / "copy").mkdir()
     (tmp_path / "copy" / "config.json").write_text(json.dumps(same, indent=4))
-    assert ckpt.model_identity(tmp_path / "copy")["config_sha256"] == ckpt.model_identity(models["a"])[
-        "config_sha256"
-    ]
+    assert (
+        ckpt.model_identity(tmp_path / "copy")["config_sha256"]
+        == ckpt.model_identity(models["a"])["config_sha256"]
+    )
     ckpt.check_resume_model(folder, models["a"])
     with pytest.raises(ckpt.ResumeMismatch, match="differs in path"):
         ckpt.check_resume_model(folder, tmp_path / "copy")  # a moved copy: set the path it trained
