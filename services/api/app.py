@@ -28,11 +28,11 @@ from services.api.auth import AuthFailed, AuthMiddleware
 from services.api.hosts import HostGuardMiddleware
 from services.api.json_body import BodyRejected
 from services.api.kinds import KindUnavailable
-from services.api.limits import BodyLimitMiddleware
 from services.api.metrics_prom import ApiMetrics, MetricsMiddleware
 from services.api.routes import router
 from services.api.service import BrokerUnavailable, JobService
 from services.api.settings import ApiSettings
+from services.common.body_limit import BodyLimitMiddleware
 from services.common.db import ensure_schema
 from services.common.jobs import JobConflict, JobNotFound, JobSettings
 

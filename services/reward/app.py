@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.common.body_limit import BodyLimitMiddleware
 from services.reward import types as _types  # noqa: F401 - registers every problem type
 from services.reward.config import RewardConfig, ScoringOptions
 from services.reward.metrics.mathcheck import get_math_checker
@@ -112,19 +112,15 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         started = time.perf_counter()
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > settings.max_body_bytes:
-            response: Response = JSONResponse(
-                {
-                    "detail": f"body of {declared} bytes exceeds {settings.max_body_bytes} (REELRL_REWARD_MAX_BODY_BYTES)"
-                },
-                status_code=413,
-            )
-        else:
-            response = await call_next(request)
+        response = await call_next(request)
         route = getattr(request.scope.get("route"), "path", "unmatched")
         metrics.observe_request(request.method, route, response.status_code, time.perf_counter() - started)
         return response
+
+    # outermost: a body over the limit, declared or streamed in chunks, is 413 before anything reads it
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, setting="REELRL_REWARD_MAX_BODY_BYTES"
+    )
 
     @app.post(
         "/v1/score",

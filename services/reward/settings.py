@@ -14,7 +14,9 @@ class RewardServiceSettings(BaseSettings):
     max_batch_items: int = Field(1024, gt=0, description="items per request; more → 413")
     # Protects the service; the scoring limit (ScoringOptions.max_response_chars) is separate and lower.
     max_response_chars: int = Field(1_000_000, gt=0, description="characters per response; more → 413")
-    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="declared Content-Length; more → 413")
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="request body bytes, declared or streamed; more → 413"
+    )
     math_timeout_s: float = Field(RewardConfig.model_fields["math_timeout_s"].default, gt=0, le=120.0)
     # All the math checks of one request end by then (scoring 0 with a note), well before the client's
     # http_timeout_s (120 s) would give up on the whole chunk.

@@ -71,6 +71,17 @@ def test_bad_configs_are_422_naming_the_config_field(client, data_root, tmp_path
         (preprocess_body(video_params={"fps": -1}), "body.config.video_params.fps", "greater than 0"),
         (preprocess_body(video_params={"nframes": 8}), "body.config.video_params", "either fps or nframes"),
         (preprocess_body(workers="many"), "body.config.workers", "integer"),
+        # a worker would try to allocate petabytes: bounded by what the family can take
+        (
+            preprocess_body(video_params={"min_pixels": 10**14}),
+            "body.config.video_params",
+            "more than family",
+        ),
+        (
+            preprocess_body(video_params={"max_frames": 10**6}),
+            "body.config.video_params.max_frames",
+            "less than",
+        ),
     ]
     for body, loc, message in cases:
         response = client.post("/v1/jobs", json=body)

@@ -135,6 +135,23 @@ def test_declared_body_size_limit():
     assert "exceeds 100" in response.json()["detail"]
 
 
+def test_a_chunked_body_over_the_limit_is_413_before_it_is_read_whole():
+    """A body streamed in chunks declares no length: it was read whole (188 MiB past a 64 MiB cap)."""
+    app = create_app(RewardServiceSettings(warm_math=False, max_body_bytes=1000))
+    sent = []
+
+    def chunks():
+        for _ in range(1000):  # 100 kB offered, 100 bytes a chunk
+            sent.append(1)
+            yield b" " * 100
+
+    with TestClient(app) as small:
+        response = small.post("/v1/score", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413, response.text
+    assert "more than 1000 bytes" in response.json()["detail"]
+    assert "REELRL_REWARD_MAX_BODY_BYTES" in response.json()["detail"]
+
+
 def test_problem_types_and_health(client):
     types = client.get("/v1/problem-types").json()["problem_types"]
     assert {

@@ -25,6 +25,10 @@ DEFAULT_MAX_FRAMES = 768
 VIDEO_MIN_TOKENS = 128
 VIDEO_MAX_TOKENS = 768
 MODEL_SEQ_LEN = 128_000
+# Upper bounds of what a family can take (beyond them a worker would try to allocate petabytes):
+# a frame, or a clip's frames together, of more tokens than the model's whole context, or more
+# frames than 8x qwen-vl-utils' own cap.
+MAX_FRAMES_LIMIT = 8 * DEFAULT_MAX_FRAMES
 
 
 class ClipWindow(BaseModel):
@@ -57,9 +61,9 @@ class VideoParams(BaseModel):
 
     family: FamilyName = FamilyName.qwen2_5_vl
     fps: float | None = Field(default=DEFAULT_FPS, gt=0, le=240)
-    nframes: int | None = Field(default=None, ge=FRAME_FACTOR)
-    min_frames: int = Field(default=DEFAULT_MIN_FRAMES, ge=1)
-    max_frames: int = Field(default=DEFAULT_MAX_FRAMES, ge=FRAME_FACTOR)
+    nframes: int | None = Field(default=None, ge=FRAME_FACTOR, le=MAX_FRAMES_LIMIT)
+    min_frames: int = Field(default=DEFAULT_MIN_FRAMES, ge=1, le=MAX_FRAMES_LIMIT)
+    max_frames: int = Field(default=DEFAULT_MAX_FRAMES, ge=FRAME_FACTOR, le=MAX_FRAMES_LIMIT)
     min_pixels: int | None = Field(default=None, gt=0)
     max_pixels: int | None = Field(default=None, gt=0)
     total_pixels: int | None = Field(default=None, gt=0)
@@ -77,12 +81,25 @@ class VideoParams(BaseModel):
         if self.min_frames > self.max_frames:
             raise ValueError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})")
         patch = self.factor**2
-        for name in ("min_pixels", "max_pixels", "total_pixels"):
+        fam = get_family(self.family)
+        # one frame may not exceed the whole context; a clip's frames together (each temporal patch
+        # of frames shares its tokens) neither
+        ceilings = {
+            "min_pixels": MODEL_SEQ_LEN * patch,
+            "max_pixels": MODEL_SEQ_LEN * patch,
+            "total_pixels": MODEL_SEQ_LEN * patch * fam.temporal_patch_size,
+        }
+        for name, ceiling in ceilings.items():
             value = getattr(self, name)
             if value is not None and value < patch:
                 raise ValueError(
                     f"{name}={value} is below one {self.factor}x{self.factor} patch ({patch} pixels) "
                     f"for family {self.family.value}"
+                )
+            if value is not None and value > ceiling:
+                raise ValueError(
+                    f"{name}={value} is more than family {self.family.value} can take: at most {ceiling} "
+                    f"pixels ({MODEL_SEQ_LEN} tokens of {self.factor}x{self.factor} pixels, the whole context)"
                 )
         if self.max_pixels is not None and self.max_pixels < self.resolved_min_pixels:
             raise ValueError(
