@@ -373,10 +373,13 @@ class Trainer:
         stopped, last_val, saved, done = False, {}, None, self.start_step
         try:
             if self.start_step == 0 and self.config.warmup.steps:
+                self._stop_if_asked("the warm start")
                 self.warm_start()
             if self.start_step == 0 and cfg.val_before_train and self.val_samples:
+                self._stop_if_asked("validation")
                 last_val = self.validate()
                 self.logger.log(0, last_val)
+            self._stop_if_asked("setup")  # a cancel seen only now (setup was quick) trains nothing
             started, validating = time.perf_counter(), 0.0
             for step in range(self.start_step + 1, cfg.total_steps + 1):
                 metrics = self.train_step(step)
@@ -401,6 +404,9 @@ class Trainer:
                     log.info("stop requested: saved step %d and stopped", step)
                     break
             self.logger.finish("stopped" if stopped else "finished")
+        except JobCancelled:
+            self.logger.finish("stopped")
+            raise
         except BaseException as exc:
             self.logger.finish("failed", f"{type(exc).__name__}: {exc}")
             raise

@@ -65,3 +65,59 @@ def test_a_cancel_during_setup_ends_the_job_there(reelrl_home: Path, tmp_path: P
         not list((tmp_path / "run").glob("checkpoints/*"))
         and not (tmp_path / "run" / "metrics.jsonl").exists()
     )
+
+
+class _Finished:
+    def __init__(self) -> None:
+        self.how: list[str] = []
+
+    def finish(self, how: str, *_: object) -> None:
+        self.how.append(how)
+
+    def log(self, *_: object, **__: object) -> None:
+        raise AssertionError("nothing is logged after a cancel before the first step")
+
+
+@pytest.mark.parametrize(
+    ("warmup_steps", "validate_first", "phase"),
+    [(2, True, "the warm start"), (0, True, "validation"), (0, False, "setup")],
+)
+def test_a_cancel_seen_after_setup_trains_nothing(
+    tmp_path: Path, warmup_steps, validate_first, phase
+) -> None:
+    """A cancel the setup's own checks missed (setup was quick) stopped the run only after step 1,
+    which it then checkpointed: now the warm start, step 0's validation and the first step each look
+    first. The loop's phases are stubs here; only its order is under test."""
+    from services.common.jobs import JobCancelled
+    from services.trainer.config import load_config
+    from services.trainer.loop import Hooks, Trainer
+
+    ran: list[object] = []
+    finished = _Finished()
+
+    class Phases(Trainer):
+        def setup(self) -> None:
+            self.start_step, self.val_samples, self.logger = 0, ["held-out"], finished
+
+        def warm_start(self) -> None:
+            ran.append("warm start")
+
+        def validate(self, step: int = 0) -> dict:
+            ran.append("validation")
+            return {}
+
+        def train_step(self, step: int) -> dict:
+            ran.append(step)
+            return {}
+
+        def shutdown(self) -> None:
+            ran.append("shutdown")
+
+    config = load_config(
+        ROOT / "examples" / "tiny_cpu.yaml",
+        [f"trainer.output_dir={tmp_path / 'run'}", f"warmup.steps={warmup_steps}", "warmup.files=[w.jsonl]",
+         f"trainer.val_before_train={str(validate_first).lower()}"],
+    )  # fmt: skip
+    with pytest.raises(JobCancelled, match=f"stopped during {phase}, before any training step"):
+        Phases(config, hooks=Hooks(stop=lambda: True)).fit()
+    assert ran == ["shutdown"] and finished.how == ["stopped"]
