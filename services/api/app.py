@@ -25,6 +25,7 @@ from starlette.routing import Match
 
 from services.api import pages
 from services.api.auth import AuthFailed, AuthMiddleware
+from services.api.db_down import DatabaseDownMiddleware
 from services.api.hosts import HostGuardMiddleware
 from services.api.json_body import BodyRejected
 from services.api.kinds import KindUnavailable
@@ -157,6 +158,7 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
         metrics_public=settings.metrics_public,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(DatabaseDownMiddleware)  # database errors of authentication and of the routes
     app.add_middleware(
         HostGuardMiddleware, host_names=settings.host_names(), configured=settings.configured_hosts
     )
