@@ -29,9 +29,12 @@ import torch
 import torch.distributed as dist
 
 from services.rollout.consistency import position_ids
+from services.trainer import packing
 from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
+from services.trainer.logprobs import scoring_head
+from services.trainer.sharded_load import empty_model, load_shards
 from services.trainer.shared_vision import shared_vision
 
 log = logging.getLogger(__name__)
@@ -96,8 +99,11 @@ class PolicyModel:
         self.compute_dtype = torch_dtype(config.compute_dtype)
         self.param_dtype = torch_dtype(config.param_dtype) if trainable else self.compute_dtype
         self.processor = AutoProcessor.from_pretrained(config.model_path)
-        model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=self.param_dtype)
-        model.to(self.device)
+        if self.world_size > 1:  # parameters on meta until each rank reads its shards (_shard)
+            model = empty_model(config.model_path, self.param_dtype)
+        else:
+            model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=self.param_dtype)
+            model.to(self.device)
         self.hf_config = model.config
         if trainable and config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -118,7 +124,9 @@ class PolicyModel:
     def _shard(self, model: Any) -> None:
         """FSDP2: each decoder layer and vision block its own unit, then the root (embeddings, head).
         Every unit is all-gathered in the compute dtype and its gradients reduce-scattered in fp32 into
-        the fp32 shards the optimizer steps (verl's policy)."""
+        the fp32 shards the optimizer steps (verl's policy). ``model`` comes with its parameters on the
+        meta device: once sharded, each rank allocates its shards and reads its slices of the checkpoint
+        into them (:mod:`services.trainer.sharded_load`), so no rank holds the whole model."""
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -131,6 +139,7 @@ class PolicyModel:
         for module in units:
             fully_shard(module, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
+        load_shards(model, self.config.model_path, self.device)
 
     def _compute(self) -> Any:
         """The context of a forward: on one rank, autocast to the compute dtype when it is lower than
@@ -142,24 +151,40 @@ class PolicyModel:
     # -- inputs ---------------------------------------------------------------------------------------
 
     def positions(self, sequences: Sequence[TokenSequence]) -> list[torch.Tensor | None]:
-        """vLLM-rule M-RoPE ids (3, L) per sequence for the families whose HF rule differs."""
+        """M-RoPE ids (3, L) per sequence: vLLM's rule for the families whose HF rule differs; for the
+        others None (the padded forward derives them), or, packed, the model's own rule per sequence
+        (a packed row has no attention mask to derive them from)."""
         out = []
+        types = self.processor.create_mm_token_type_ids
         for s in sequences:
             ids = s.prompt.input_ids + s.response_ids
             pos = position_ids(self.hf_config, ids, s.prompt.vision, s.prompt.sample_id)
-            out.append(None if pos is None else pos[:, 0, :])
+            if pos is not None:
+                out.append(pos[:, 0, :])
+            elif self.config.padding_free:
+                out.append(packing.hf_positions(self.model, ids, s.prompt.vision, types))
+            else:
+                out.append(None)
         return out
 
     def micro_batches(
         self, sequences: Sequence[TokenSequence], positions: Sequence[torch.Tensor | None]
     ) -> list[MicroBatch]:
-        groups = pack(
-            [(len(s.prompt.input_ids), len(s.response_ids)) for s in sequences],
-            self.config.micro_batch_tokens,
-        )
-        tokenizer_types = self.processor.create_mm_token_type_ids
+        """Consecutive sequences within ``actor.micro_batch_tokens``: padded (the budget counts the
+        padded layout), or with ``actor.padding_free`` one packed row each (the budget counts real
+        tokens; :mod:`services.trainer.packing`)."""
+        types = self.processor.create_mm_token_type_ids
+        budget = self.config.micro_batch_tokens
+        if self.config.padding_free:
+            packing.enable_packing(self.model)
+            groups = packing.pack_tokens([s.length for s in sequences], budget)
+            return [
+                packing.collate_packed(sequences, g, positions=positions, mm_token_types=types)
+                for g in groups
+            ]
+        groups = pack([(len(s.prompt.input_ids), len(s.response_ids)) for s in sequences], budget)
         return [
-            collate(sequences, g, pad_id=self.pad_id, positions=positions, mm_token_types=tokenizer_types)
+            collate(sequences, g, pad_id=self.pad_id, positions=positions, mm_token_types=types)
             for g in groups
         ]
 
@@ -182,25 +207,42 @@ class PolicyModel:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs ``(B, R)`` of the micro-batch's response tokens (0 on padding) and, if asked, the
         per-token entropy of the policy there. Logits are divided by the sampling ``temperature``: the
-        policy that is optimised is the distribution the rollout sampled from."""
+        policy that is optimised is the distribution the rollout sampled from.
+
+        With ``actor.logprob_chunk_tokens`` set, the LM head scores the response tokens that many at a
+        time from the final hidden states (:func:`services.trainer.logprobs.scoring_head`, inside the
+        model's own forward, so FSDP2 still gathers the head): no fp32 ``(B, R, V)`` logits exist, in
+        the forward or the backward. Null computes the full logits, as before."""
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.inputs.items()}
-        if self._vision is None:
-            with self._compute(), shared_vision(self.model, inputs, mb.repeats):
-                out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
-            logits = out.logits.float()
-        else:
-            with self._vision.around(inputs) as zero, shared_vision(self.model, inputs, mb.repeats):
-                out = self.model(**inputs, logits_to_keep=mb.logits_to_keep.to(self.device), use_cache=False)
-            logits = out.logits.float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        targets = mb.response_ids.to(self.device).unsqueeze(-1)
+        targets = mb.response_ids.to(self.device)
         mask = mb.response_mask.to(self.device)
-        logp = logp_all.gather(-1, targets).squeeze(-1) * mask
+        chunk = self.config.logprob_chunk_tokens
+        head: Any = contextlib.nullcontext()
+        if chunk is not None:
+            head = scoring_head(
+                self.model, targets, mask, temperature=temperature, chunk_tokens=chunk, entropy=entropy
+            )
+        keep = mb.logits_to_keep.to(self.device)
+        if self._vision is None:
+            with self._compute(), shared_vision(self.model, inputs, mb.repeats), head:
+                out = self.model(**inputs, logits_to_keep=keep, use_cache=False)
+        else:
+            with self._vision.around(inputs) as zero, shared_vision(self.model, inputs, mb.repeats), head:
+                out = self.model(**inputs, logits_to_keep=keep, use_cache=False)
+        # (B, R, ·): a packed row's (1, B·R, ·) holds response slot j of sequence b at b·R + j
+        if chunk is not None:  # log-prob, entropy
+            scores = out.logits.reshape(*targets.shape, 2)
+            logp = scores[..., 0] * mask
+            ent = scores[..., 1] * mask if entropy else None
+        else:
+            logits = out.logits.float().reshape(*targets.shape, -1)
+            if temperature != 1.0:
+                logits = logits / temperature
+            logp_all = torch.log_softmax(logits, dim=-1)
+            logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+            ent = entropy_from_logits(logits) * mask if entropy else None
         if self._vision is not None:
             logp = logp + zero.value  # ties the zero-weight vision passes to the loss
-        ent = entropy_from_logits(logits) * mask if entropy else None
         return logp, ent
 
     @torch.no_grad()
@@ -237,20 +279,41 @@ class PolicyModel:
         model. Under FSDP each tensor is all-gathered, so every rank must run the iterator to its end
         in step (every rank receives every tensor; rank 0 would usually be the one that sends)."""
         for name, value in self.model.state_dict().items():
-            full = value.full_tensor() if hasattr(value, "full_tensor") else value
-            yield name, _cast(full.detach(), dtype)
+            yield name, _cast(_full(value), dtype)
 
-    def save_pretrained(self, folder: Path, state: dict[str, torch.Tensor]) -> Path:
-        """An HF-format checkpoint (weights, config, processor, chat template) that transformers and
-        vLLM load, written to a temp folder and renamed into place (rank 0 only)."""
+    def save_pretrained(self, folder: Path) -> Path | None:
+        """An HF-format checkpoint (weights as stored, config, processor, chat template) that
+        transformers and vLLM load, written by rank 0 to a temp folder and renamed into place; returns
+        the folder on rank 0, None elsewhere. Every rank must call: the tensors are gathered one at a
+        time and written as they come (``model.safetensors``, the names and order ``save_pretrained``
+        would write), so no rank ever holds more than one whole tensor beside its shards."""
+        from services.trainer.weight_files import SINGLE_FILE, save_plan, write_safetensors
+
+        state = self.model.state_dict()
+        plan = save_plan(self.model)  # (model key, file key), in the file's order
+        gathered = ((saved, _full(state[key])) for key, saved in plan)
+        if self.rank != 0:
+            for _ in gathered:  # every all-gather rank 0 makes
+                pass
+            return None
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         for stale in folder.parent.glob(f".{folder.name}.*"):  # a killed save's temp (GBs each retry)
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
-            model = self.model
-            model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+            try:
+                layout = {saved: (state[key].dtype, tuple(state[key].shape)) for key, saved in plan}
+                write_safetensors(tmp / SINGLE_FILE, layout, gathered)
+            finally:
+                for _ in gathered:  # a failed write still makes the all-gathers the other ranks wait in
+                    pass
+            # what model.save_pretrained writes beside the weights
+            self.hf_config.dtype = str(self.param_dtype).removeprefix("torch.")
+            self.hf_config.architectures = [type(self.model).__name__.removeprefix("FSDP")]
+            self.hf_config.save_pretrained(tmp)
+            if self.model.can_generate():
+                self.model.generation_config.save_pretrained(tmp)
             self.processor.save_pretrained(tmp)
             source = Path(self.config.model_path)
             for extra in ("generation_config.json", "chat_template.jinja"):
@@ -332,6 +395,11 @@ def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     if dtype is None or not value.is_floating_point() or value.dtype == dtype:
         return value
     return value.to(dtype)
+
+
+def _full(value: torch.Tensor) -> torch.Tensor:
+    """The whole of a state-dict tensor: a sharded one (DTensor) all-gathered, which every rank must do."""
+    return (value.full_tensor() if hasattr(value, "full_tensor") else value).detach()
 
 
 def _tensor_sum(out: Any) -> torch.Tensor:

@@ -69,6 +69,9 @@ class MicroBatch:
     # rows alone were collated (the n responses of a prompt share its clip: the vision tower encodes
     # it once; services/trainer/shared_vision.py hands each sequence its features)
     repeats: dict[str, list[int]] = field(default_factory=dict)
+    # Padding-free (services/trainer/packing.py): the sequences are one row of real tokens, and
+    # ``logits_to_keep`` holds B·R positions of that row (response slot j of sequence b at b·R + j)
+    packed: bool = False
 
 
 def pack(shapes: Sequence[tuple[int, int]], token_budget: int) -> list[list[int]]:
@@ -141,6 +144,21 @@ def collate(
         if len(pos_rows) != len(chosen):
             raise ValueError("position ids must be given for every sequence of a micro-batch or for none")
         inputs["position_ids"] = torch.stack(pos_rows, dim=1)  # (3, B, L)
+    repeats = add_vision(inputs, chosen)
+    return MicroBatch(
+        indices=list(indices),
+        inputs=inputs,
+        response_mask=torch.tensor(resp_mask),
+        response_ids=torch.tensor(resp, dtype=torch.long),
+        logits_to_keep=torch.arange(p_len - 1, p_len + r_len - 1),
+        repeats=repeats,
+    )
+
+
+def add_vision(inputs: dict[str, Any], chosen: Sequence[TokenSequence]) -> dict[str, list[int]]:
+    """Put the vision tensors of ``chosen`` (in order) into ``inputs``: grids and per-video values
+    concatenated over every sequence, pixel rows once per distinct prompt; returns the repeats
+    (``MicroBatch.repeats``)."""
     for name in (*_VISION_GRIDS, *_PER_VIDEO):  # one row per item, of every sequence
         parts = [s.prompt.vision[name] for s in chosen if name in s.prompt.vision]
         if parts:
@@ -152,14 +170,7 @@ def collate(
             inputs[rows] = torch.cat([p.vision[rows] for p in distinct], dim=0)
         if len(set(source)) < len(source):
             repeats[grids] = source
-    return MicroBatch(
-        indices=list(indices),
-        inputs=inputs,
-        response_mask=torch.tensor(resp_mask),
-        response_ids=torch.tensor(resp, dtype=torch.long),
-        logits_to_keep=torch.arange(p_len - 1, p_len + r_len - 1),
-        repeats=repeats,
-    )
+    return repeats
 
 
 def distinct_items(prompts: Sequence[PromptInputs], grids: str) -> tuple[list[PromptInputs], list[int]]:

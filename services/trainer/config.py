@@ -95,6 +95,21 @@ class ActorConfig(_Section):
     gradient_checkpointing: bool = False
     freeze_vision: bool = False
     micro_batch_tokens: int = Field(8192, gt=0, description="token budget of one micro-batch")
+    padding_free: bool = Field(
+        False,
+        description="pack each micro-batch's sequences into one row of real tokens, attention kept "
+        "within each sequence (micro_batch_tokens then counts real tokens; docs/training.md)",
+    )
+    # 1,024 rows × Qwen's 152,064-token vocabulary × 4 B ≈ 0.62 GB of fp32 logits a chunk (forward and
+    # backward hold about two such buffers at a time), against ≈ 10 GB for 16,384 response tokens at
+    # once; a chunk's head matmul is still a large one (2 × 1,024 × 3,584 × 152,064 ≈ 1.1·10¹² FLOPs at
+    # 7B's hidden size; its GPU speed not measured here). docs/training.md, "Memory of the log-probs".
+    logprob_chunk_tokens: int | None = Field(
+        1024,
+        gt=0,
+        description="response tokens whose fp32 logits exist at once when scoring (null: all of a "
+        "micro-batch's, the full [tokens, vocab] logits)",
+    )
     mini_batches: int = Field(1, ge=1, description="optimizer updates per step (PPO mini-batches)")
     ppo_epochs: int = Field(1, ge=1)
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus (exploration)")

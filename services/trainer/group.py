@@ -160,10 +160,8 @@ class LocalActorGroup:
 
     def save_model(self, folder: Path) -> None:
         """The actor's weights as stored (the fp32 master) as an HF checkpoint at ``folder``, written
-        by rank 0 (all ranks call: the weights are gathered)."""
-        state = self.actor.full_state_dict()
-        if self.rank == 0:
-            self.actor.save_pretrained(folder, state)
+        by rank 0 (all ranks call: the weights are gathered one tensor at a time as rank 0 writes)."""
+        self.actor.save_pretrained(folder)
 
     def load_optimizer(self, folder: Path) -> None:
         path = folder / f"optim_rank{self.rank}.pt"

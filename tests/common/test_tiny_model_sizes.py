@@ -43,6 +43,13 @@ def test_qwen2_vl_2b_matches_the_published_checkpoint_with_its_head_untied(ids):
     assert head == 151936 * 1536 and config.tie_word_embeddings is False
 
 
+def test_qwen2_vl_1b_is_past_a_billion_parameters(ids):
+    # the sharded-load memory test's checkpoint (tests/trainer/test_sharded_load.py): not a public size
+    config, model = meta_model("qwen2_vl", ids, "1b")
+    assert sum(p.numel() for p in model.parameters()) == 1_221_335_552
+    assert (config.text_config.num_hidden_layers, config.vision_config.depth) == (12, 8)
+
+
 def test_qwen2_5_vl_3b_matches_the_published_checkpoint_with_its_head_untied(ids):
     # the one-GPU script's checkpoint (bench/gpu/run.sh): its fp32 training state fits an H200
     config, model = meta_model("qwen2_5_vl", ids, "3b")

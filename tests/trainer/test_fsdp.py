@@ -84,6 +84,15 @@ def steps(tmp_path_factory: pytest.TempPathFactory) -> Steps:
         ),
         # fp32 master, bf16 forwards: autocast on one rank, FSDP's MixedPrecisionPolicy on two
         "bf16": (train_config(world, compute_dtype="bfloat16"), even),
+        # padding-free rows (services/trainer/packing.py): the same update as padded, on 1 and 2 ranks,
+        # with images and videos, and with checkpointed layers recomputed in the backward
+        "packed": (train_config(world, padding_free=True), even),
+        "packed_images_videos": (
+            train_config(world, padding_free=True),
+            make_groups(world, rollout, [[3, 5], [4, 6], [5, 9], [7, 3]], images_videos),
+            images_videos,
+        ),
+        "packed_checkpointed": (train_config(world, padding_free=True, gradient_checkpointing=True), even),
     }
     single = {name: run_step(world, *case) for name, case in cases.items()}
     out = root / "ranks"
@@ -112,7 +121,18 @@ def largest_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float
 
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("case", ["even", "uneven", "images_videos", "text_video"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "even",
+        "uneven",
+        "images_videos",
+        "text_video",
+        "packed",
+        "packed_images_videos",
+        "packed_checkpointed",
+    ],
+)
 def test_two_ranks_update_like_one(steps: Steps, case: str) -> None:
     one, (rank0, rank1) = steps.single[case], steps.ranks[case]
     assert rank1["final"] == {}  # the full weights are gathered on rank 0 only
@@ -128,6 +148,23 @@ def test_two_ranks_update_like_one(steps: Steps, case: str) -> None:
     assert rank1["metrics"]["grad_norm"] == pytest.approx(grad_norm, rel=TOLERANCE)
     pg_loss = rank0["metrics"]["pg_loss"] + rank1["metrics"]["pg_loss"]
     assert pg_loss == pytest.approx(one["metrics"]["pg_loss"], abs=TOLERANCE)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("packed", "padded"),
+    [("packed", "even"), ("packed_images_videos", "images_videos"), ("packed_checkpointed", "even")],
+)
+def test_packed_rows_update_like_padded_ones(steps: Steps, packed: str, padded: str) -> None:
+    """Padding-free packing changes the layout, not the update: the same weights after the step, the
+    same old log-probs, loss and gradient norm (fp32, TOLERANCE), on one rank and on two."""
+    one, other = steps.single[packed], steps.single[padded]
+    assert largest_gap(one["final"], other["final"]) <= TOLERANCE
+    assert max(float((a - b).abs().max()) for a, b in zip(one["old"], other["old"], strict=True)) <= TOLERANCE
+    assert one["metrics"]["grad_norm"] == pytest.approx(other["metrics"]["grad_norm"], rel=TOLERANCE)
+    assert one["metrics"]["pg_loss"] == pytest.approx(other["metrics"]["pg_loss"], abs=TOLERANCE)
+    assert largest_gap(steps.ranks[packed][0]["final"], other["final"]) <= TOLERANCE
 
 
 @pytest.mark.slow

@@ -353,6 +353,28 @@ REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
                 "num_heads": 16,
             },
         },
+        # not a public checkpoint: Qwen2-VL-2B's widths with 12 decoder layers and 8 vision blocks
+        # (1.22B, 4.5 GiB in fp32): the smallest real-width model past 1B, for memory figures that
+        # must dwarf a process's fixed overhead (tests/trainer/test_sharded_load.py)
+        "1b": {
+            "vocab_size": 151936,
+            "text_config": {
+                "hidden_size": 1536,
+                "intermediate_size": 8960,
+                "num_hidden_layers": 12,
+                "num_attention_heads": 12,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 32768,
+            },
+            "rope_parameters": _QWEN2_ROPE_7B,
+            "vision_config": {
+                "depth": 8,
+                "embed_dim": 1280,
+                "hidden_size": 1536,
+                "mlp_ratio": 4,
+                "num_heads": 16,
+            },
+        },
     },
     FamilyName.qwen2_5_vl: {
         "7b": {  # Qwen2.5-VL-7B-Instruct

@@ -1,0 +1,258 @@
+"""Padding-free micro-batches (``actor.padding_free``): a micro-batch's sequences are concatenated into
+one row of real tokens, and attention never crosses from one sequence into another.
+
+The padded layout (services/trainer/batch.py) costs every sequence the longest prompt plus the longest
+response of its micro-batch; with video prompts that differ by thousands of tokens most of a padded
+forward and backward is spent on padding. Packed, a micro-batch of sequences of lengths L_0 … L_{B-1}
+is one row of T = ΣL_i tokens:
+
+- ``position_ids`` (3, 1, T): each sequence's own M-RoPE ids (vLLM's rule for Qwen2/2.5-VL, the
+  model's for Qwen3-VL/3.5), exactly those of the padded path, one after the other. (A 4-row form,
+  text positions first, would make transformers build a T×T block mask from them: 4 GB at 64k
+  tokens, which the boundaries below make unnecessary.)
+- ``cu_seq_lens_q``/``_k`` (B+1,) the sequences' boundaries, which every attention layer receives: the
+  registered attention :data:`ATTENTION` runs one causal attention per sequence (flash-attention's
+  varlen kernel where it is installed on a GPU, else PyTorch's SDPA per sequence), and Qwen3.5's
+  linear-attention layers run per sequence (:func:`segment_linear_attention`), whose CPU kernels
+  would otherwise carry their recurrent state from one sequence into the next. A forward without
+  boundaries (a padded batch) is transformers' SDPA attention with its usual mask.
+- ``logits_to_keep`` (B·R,) the row positions whose logits score each response token, response slot j
+  of sequence b at b·R + j (R the longest response; a slot past a response's end points at its
+  sequence's first token and is masked), so the scorer reshapes the logits to the padded (B, R) layout
+  and the losses are unchanged.
+
+``actor.micro_batch_tokens`` then counts real tokens (:func:`pack_tokens`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from services.trainer.batch import MicroBatch, TokenSequence, add_vision
+
+ATTENTION = "reelrl_varlen"
+_BOUNDARIES = "cu_seq_lens_q"
+
+
+def pack_tokens(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Consecutive groups of indices whose total length stays within ``token_budget`` (real tokens, no
+    padding); a sequence longer than the budget is a group alone.
+
+    Example: lengths [3, 3, 5, 2], budget 8 → [[0, 1], [2, 3]] (3 + 3 = 6, + 5 > 8; 5 + 2 = 7);
+    [10, 1], budget 4 → [[0], [1]].
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, n in enumerate(lengths):
+        if current and total + n > token_budget:
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def boundaries(lengths: Sequence[int]) -> torch.Tensor:
+    """Cumulative sequence lengths (B+1,) int32, flash-attention's ``cu_seqlens``: [2, 3] → [0, 2, 5]."""
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + int(n))
+    return torch.tensor(out, dtype=torch.int32)
+
+
+def keep_positions(prompt_lengths: Sequence[int], response_lengths: Sequence[int]) -> torch.Tensor:
+    """(B·R,) positions of the packed row whose logits predict each response token, R = the longest
+    response (at least 1). The token predicting response token j of sequence b sits at
+    start_b + P_b − 1 + j; a slot j ≥ R_b points at start_b (any real position: it is masked).
+
+    Example: prompts [2, 3], responses [2, 1] (row: p p r r | p p p r) → R = 2, starts 0 and 4:
+    [1, 2, 6, 4].
+    """
+    width = max(max(response_lengths, default=0), 1)
+    out: list[int] = []
+    start = 0
+    for p, r in zip(prompt_lengths, response_lengths, strict=True):
+        out.extend(start + p - 1 + j if j < r else start for j in range(width))
+        start += p + r
+    return torch.tensor(out, dtype=torch.long)
+
+
+def collate_packed(
+    sequences: Sequence[TokenSequence],
+    indices: list[int],
+    *,
+    positions: Sequence[torch.Tensor],
+    mm_token_types: Any,
+) -> MicroBatch:
+    """Collate ``sequences[i] for i in indices`` into one packed row (module docstring).
+
+    ``positions[i]``: (3, L_i) M-RoPE ids of sequence i (every sequence needs them: a packed row has no
+    attention mask from which the model could derive them). ``mm_token_types``: the processor's
+    ``create_mm_token_type_ids``."""
+    chosen = [sequences[i] for i in indices]
+    ids: list[int] = []
+    rope: list[torch.Tensor] = []
+    for i, s in zip(indices, chosen, strict=True):
+        row = s.prompt.input_ids + s.response_ids
+        pos = positions[i]
+        if pos is None or tuple(pos.shape) != (3, len(row)):
+            got = None if pos is None else tuple(pos.shape)
+            raise ValueError(f"sequence {i}: packing needs (3, {len(row)}) position ids, got {got}")
+        ids.extend(row)
+        rope.append(pos)
+    lengths = [s.length for s in chosen]
+    prompts = [len(s.prompt.input_ids) for s in chosen]
+    responses = [len(s.response_ids) for s in chosen]
+    width = max(max(responses), 1)
+    cu = boundaries(lengths)
+    inputs: dict[str, Any] = {
+        "input_ids": torch.tensor([ids], dtype=torch.long),
+        "position_ids": torch.cat(rope, dim=1).unsqueeze(1),
+        "mm_token_type_ids": torch.tensor(mm_token_types([ids]), dtype=torch.long),
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu,
+        "max_length_q": max(lengths),
+        "max_length_k": max(lengths),
+    }
+    repeats = add_vision(inputs, chosen)
+    resp = [s.response_ids + [0] * (width - len(s.response_ids)) for s in chosen]
+    mask = [[1.0] * n + [0.0] * (width - n) for n in responses]
+    return MicroBatch(
+        indices=list(indices),
+        inputs=inputs,
+        response_mask=torch.tensor(mask),
+        response_ids=torch.tensor(resp, dtype=torch.long),
+        logits_to_keep=keep_positions(prompts, responses),
+        repeats=repeats,
+        packed=True,
+    )
+
+
+def hf_positions(
+    model: Any, input_ids: Sequence[int], vision: dict[str, torch.Tensor], types: Any
+) -> torch.Tensor:
+    """(3, L) M-RoPE ids of one sequence by the model's own rule (``get_rope_index``, as its padded
+    forward derives them): for the families whose rule vLLM shares (Qwen3-VL, Qwen3.5)."""
+    inner = model.model
+    ids = torch.tensor([list(input_ids)], dtype=torch.long)
+    pos, _ = inner.get_rope_index(
+        ids,
+        mm_token_type_ids=torch.tensor(types([list(input_ids)]), dtype=torch.long),
+        image_grid_thw=vision.get("image_grid_thw"),
+        video_grid_thw=vision.get("video_grid_thw"),
+        attention_mask=None,
+    )
+    return pos[:, 0, :].to(torch.long)
+
+
+# -- attention ---------------------------------------------------------------------------------------
+
+
+def varlen_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature (query (1, H, T, D), key/value (1, H_kv, T, D) → (1, T, H, D)):
+    causal attention within each sequence of ``cu_seq_lens_q``. Without boundaries (a padded batch) it
+    is transformers' SDPA attention unchanged."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    cu = kwargs.get(_BOUNDARIES)
+    if cu is None or query.shape[0] != 1:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal,
+            **kwargs,
+        )  # fmt: skip
+    if query.is_cuda and _flash_available():
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        return ALL_ATTENTION_FUNCTIONS["flash_attention_2"](
+            module, query, key, value, None, dropout=dropout, scaling=scaling, **kwargs
+        )
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    edges = cu.tolist()
+    parts = [
+        F.scaled_dot_product_attention(
+            query[:, :, a:b],
+            key[:, :, a:b],
+            value[:, :, a:b],
+            dropout_p=dropout,
+            scale=scaling,
+            is_causal=True,
+        )
+        for a, b in itertools.pairwise(edges)
+    ]
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _flash_available() -> bool:
+    from transformers.utils import is_flash_attn_2_available
+
+    return bool(is_flash_attn_2_available())
+
+
+def register_attention() -> None:
+    """Make :data:`ATTENTION` a name transformers' models can use (idempotent), with SDPA's mask
+    rule: a padded batch gets its padding mask, a packed row (no attention mask, causal) none."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, varlen_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+
+
+def enable_packing(model: Any) -> None:
+    """Make ``model`` score packed rows (idempotent; a padded batch still runs as before): its language
+    model's attention is :data:`ATTENTION` (the vision tower keeps its own), and its linear-attention
+    layers, if any, run per sequence (:func:`segment_linear_attention`)."""
+    register_attention()
+    config = model.config
+    text = getattr(config, "text_config", None) or config
+    text._attn_implementation = ATTENTION
+    segment_linear_attention(model)
+
+
+def segment_linear_attention(model: Any) -> None:
+    """Qwen3.5's linear-attention (Gated DeltaNet) layers run once per sequence of a packed row: their
+    CPU kernels ignore ``cu_seq_lens_q`` and would carry the recurrent state (and the causal
+    convolution's window) from one packed sequence into the next. Installed for good, not around one
+    forward: a backward that recomputes a checkpointed layer must split it the same way. A call
+    without boundaries (a padded batch) runs the layer as it was."""
+    for layer in model.modules():
+        if not type(layer).__name__.endswith("GatedDeltaNet") or getattr(layer, _SEGMENTED, False):
+            continue
+        layer.forward = _per_sequence(layer.forward)
+        setattr(layer, _SEGMENTED, True)
+
+
+_SEGMENTED = "_reelrl_per_sequence"
+
+
+def _per_sequence(original: Any) -> Any:
+    def forward(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        cu = kwargs.pop(_BOUNDARIES, None)
+        if cu is None:
+            return original(hidden_states, *args, **kwargs)
+        kwargs.pop("cu_seq_lens_k", None)
+        edges = cu.tolist()
+        parts = [original(hidden_states[:, a:b], *args, **kwargs) for a, b in itertools.pairwise(edges)]
+        return torch.cat(parts, dim=1)
+
+    return forward
