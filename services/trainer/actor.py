@@ -35,6 +35,7 @@ from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
 from services.trainer.logprobs import scoring_head
 from services.trainer.sharded_load import empty_model, load_shards
+from services.trainer.sharding import device_mesh
 from services.trainer.shared_vision import shared_vision
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,10 @@ class PolicyModel:
         the fp32 shards the optimizer steps (verl's policy). ``model`` comes with its parameters on the
         meta device: once sharded, each rank allocates its shards and reads its slices of the checkpoint
         into them (:mod:`services.trainer.sharded_load`), so no rank holds the whole model."""
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        # one group over every rank, or groups of actor.fsdp_size that replicate each other (HSDP)
+        mesh = device_mesh(self.device.type, self.world_size, self.config.fsdp_size)
         policy = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
         unit_names = set(getattr(model, "_no_split_modules", None) or ())
         units = [m for m in model.modules() if type(m).__name__ in unit_names]

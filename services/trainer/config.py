@@ -92,6 +92,12 @@ class ActorConfig(_Section):
         None, description="deprecated: read as compute_dtype (the master stays in param_dtype)"
     )
     world_size: int = Field(1, ge=1, description="FSDP ranks (gloo on CPU, NCCL on GPU)")
+    fsdp_size: int | None = Field(
+        None,
+        ge=1,
+        description="ranks one FSDP group shards over, the groups replicating each other (hybrid "
+        "sharding: e.g. a node's 8 GPUs; docs/training.md); null: one group over all world_size ranks",
+    )
     gradient_checkpointing: bool = False
     freeze_vision: bool = False
     micro_batch_tokens: int = Field(8192, gt=0, description="token budget of one micro-batch")
@@ -136,6 +142,15 @@ class ActorConfig(_Section):
             "actor.param_dtype=%s)", alias, data.get("param_dtype", "float32"),
         )  # fmt: skip
         return data
+
+    @model_validator(mode="after")
+    def _fsdp_groups(self) -> ActorConfig:
+        if self.fsdp_size is not None and self.world_size % self.fsdp_size:
+            raise ValueError(
+                f"actor.fsdp_size={self.fsdp_size} must divide actor.world_size={self.world_size} (ranks "
+                "per sharding group, e.g. the GPUs of one node); null shards over all ranks"
+            )
+        return self
 
     @model_validator(mode="after")
     def _master_precision(self) -> ActorConfig:

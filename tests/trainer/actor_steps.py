@@ -93,13 +93,13 @@ def with_modalities(world: World) -> World:
     return dataclasses.replace(world, samples=tuple(made))
 
 
-def train_config(world: World, **actor: Any) -> TrainConfig:
+def train_config(world: World, *, batch_size: int = 2, **actor: Any) -> TrainConfig:
     """fp32, AdamW with eps 1: its first step is lr·g/(|g|+1) ≈ lr·g, not lr·sign(g), so equal weights
     after a step mean equal gradients (scale included); no clipping to hide a scale error either."""
     optim = {"lr": 0.1, "eps": 1.0, "weight_decay": 0.0, "grad_clip": None}
     return TrainConfig.model_validate(
         {
-            "data": {"train_files": ["unused.jsonl"], "batch_size": 2},
+            "data": {"train_files": ["unused.jsonl"], "batch_size": batch_size},
             "actor": {"model_path": str(world.model), "compute_dtype": "float32", "optim": optim, **actor},
             "rollout": {"n": 2, "max_tokens": 12, "engine": {"dtype": "float32"}},
             "trainer": {"output_dir": str(world.output), "total_steps": 4},
@@ -153,6 +153,10 @@ def run_step(
     weights (before and after) on rank 0 only."""
     group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
     try:
+        # the parameter elements this rank stores (its shards under FSDP)
+        local = sum(
+            (p.to_local() if hasattr(p, "to_local") else p).numel() for p in group.actor.model.parameters()
+        )
         initial = {k: v.clone() for k, v in group.state_dict().items()}
         group.load_batch(samples or list(world.samples[: len(groups)]), groups)
         actor = group.actor
@@ -169,7 +173,7 @@ def run_step(
         group.shutdown()
     return {
         "initial": initial, "final": final, "old": old, "metrics": metrics,
-        "micro_batches": len(micro), "forwards": len(ran),
+        "micro_batches": len(micro), "forwards": len(ran), "local_params": local,
     }  # fmt: skip
 
 
