@@ -1,7 +1,7 @@
 """Padding-free packing: the actor's forward + backward over one step's sequences, padded ÷ packed,
 side by side in one run (tiny Qwen2.5-VL on the CPU, ``actor.micro_batch_tokens`` the same budget).
 
-    $VENV/bin/python -m bench.bench_packing [--work DIR] [--repeats 3] [--budget 8192]
+    $VENV/bin/python -m bench.bench_packing [--work DIR] [--repeats 3] [--budget 16384]
 
 The batch spreads as video RL does: 16 prompts of 300-3,000 tokens (uniform, seeded: videos of other
 lengths and frame counts), each with 2 responses of 20-400 tokens, 32 sequences, in prompt order as a

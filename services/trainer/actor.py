@@ -34,6 +34,7 @@ from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
 from services.trainer.logprobs import scoring_head
+from services.trainer.offload import HostCopies, optimizer_tensors, own_storage
 from services.trainer.sharded_load import empty_model, load_shards
 from services.trainer.sharding import device_mesh
 from services.trainer.shared_vision import shared_vision
@@ -95,6 +96,8 @@ class PolicyModel:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.config = config
+        self.trainable = trainable
+        self._host = HostCopies()  # what offload() parked
         self.rank, self.world_size = distributed()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.compute_dtype = torch_dtype(config.compute_dtype)
@@ -105,6 +108,7 @@ class PolicyModel:
         else:
             model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=self.param_dtype)
             model.to(self.device)
+            own_storage(model)
         self.hf_config = model.config
         if trainable and config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -133,14 +137,28 @@ class PolicyModel:
         # one group over every rank, or groups of actor.fsdp_size that replicate each other (HSDP)
         mesh = device_mesh(self.device.type, self.world_size, self.config.fsdp_size)
         policy = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+        # actor.offload_params (the policy) / actor.offload_reference (the frozen reference): the shards
+        # live on the host and each unit is copied in for its pass (FSDP2's CPUOffloadPolicy; the
+        # optimizer then steps on the CPU)
+        on_host = self.config.offload_params if self.trainable else self.config.offload_reference
+        options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy}
+        if on_host:
+            from torch.distributed.fsdp import CPUOffloadPolicy
+
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type == "cuda")
         unit_names = set(getattr(model, "_no_split_modules", None) or ())
         units = [m for m in model.modules() if type(m).__name__ in unit_names]
         if not units:
             raise ValueError(f"{type(model).__name__} names no _no_split_modules to shard by")
         for module in units:
-            fully_shard(module, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        load_shards(model, self.config.model_path, self.device)
+            fully_shard(module, **options)
+        fully_shard(model, **options)
+        load_shards(model, self.config.model_path, torch.device("cpu") if on_host else self.device)
+        if on_host and self.device.type != "cpu":  # the buffers (rotary tables) stay with the compute
+            for module in model.modules():
+                for name, value in list(module._buffers.items()):
+                    if value is not None:
+                        module._buffers[name] = value.to(self.device)
 
     def _compute(self) -> Any:
         """The context of a forward: on one rank, autocast to the compute dtype when it is lower than
@@ -259,6 +277,17 @@ class PolicyModel:
             for row, i in enumerate(mb.indices):
                 out[i] = logp[row, : len(sequences[i].response_ids)].detach().cpu()
         return out  # type: ignore[return-value]
+
+    # -- offload ------------------------------------------------------------------------------------
+
+    def offload(self) -> dict[str, int]:
+        """Park this rank's weights (and buffers) on the host until :meth:`reload`; returns the bytes
+        freed. Nothing collective: each rank for itself (services/trainer/offload.py)."""
+        return {"params": self._host.park([*self.model.parameters(), *self.model.buffers()])}
+
+    def reload(self) -> int:
+        """Everything :meth:`offload` parked, back where it was, bit for bit; returns the bytes."""
+        return self._host.restore()
 
     # -- weights --------------------------------------------------------------------------------------
 
@@ -399,8 +428,17 @@ def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:
-    """The whole of a state-dict tensor: a sharded one (DTensor) all-gathered, which every rank must do."""
-    return (value.full_tensor() if hasattr(value, "full_tensor") else value).detach()
+    """The whole of a state-dict tensor: a sharded one (DTensor) all-gathered, which every rank must do.
+    A shard kept on the host (``actor.offload_params``) travels through the collective's device:
+    NCCL gathers CUDA tensors only."""
+    if not hasattr(value, "full_tensor"):
+        return value.detach()
+    device = collective_device()
+    if value.device != device:
+        from torch.distributed.tensor import DTensor
+
+        value = DTensor.from_local(value.to_local().to(device), value.device_mesh, value.placements)
+    return value.full_tensor().detach()
 
 
 def _tensor_sum(out: Any) -> torch.Tensor:
@@ -421,6 +459,7 @@ class Actor(PolicyModel):
 
     def __init__(self, config: ActorConfig, *, total_steps: int, device: str | None = None) -> None:
         super().__init__(config, trainable=True, device=device)
+        self._moments = HostCopies()  # AdamW's moments between steps (actor.offload_optimizer)
         optim = config.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -448,24 +487,42 @@ class Actor(PolicyModel):
             group["initial_lr"] = lr
 
     def step_optimizer(self) -> float:
-        """Clip, step, zero; returns the global gradient norm before clipping."""
+        """Clip, step, zero; returns the global gradient norm before clipping. With
+        ``actor.offload_optimizer`` AdamW's moments come in from the host for the step and go back."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         clip = self.config.optim.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         norm_value = float(norm)
+        self._moments.restore()
         if math.isfinite(norm_value):
             self.optimizer.step()
         else:
             log.warning("non-finite gradient norm %s: update skipped", norm_value)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.config.offload_optimizer:
+            self._moments.park(optimizer_tensors(self.optimizer))
         return norm_value
 
+    def offload(self) -> dict[str, int]:
+        """Park this rank's weights, gradients (if any are held) and AdamW's moments on the host until
+        :meth:`reload` (around a colocated engine's generation); returns the bytes freed by kind."""
+        freed = super().offload()
+        grads = [p.grad for p in self.model.parameters()]
+        freed["grads"] = self._host.park(grads)
+        freed["optimizer"] = self._host.park(optimizer_tensors(self.optimizer))
+        return freed
+
     def state(self) -> dict[str, Any]:
-        """Optimizer and scheduler state (sharded per rank under FSDP)."""
+        """Optimizer and scheduler state (sharded per rank under FSDP); the moments are brought back
+        from the host first, and stay until the next step parks them."""
+        self._moments.restore()
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def load_state(self, state: dict[str, Any]) -> None:
+        self._moments.restore()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.config.offload_optimizer:
+            self._moments.park(optimizer_tensors(self.optimizer))

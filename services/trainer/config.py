@@ -99,6 +99,19 @@ class ActorConfig(_Section):
         "sharding: e.g. a node's 8 GPUs; docs/training.md); null: one group over all world_size ranks",
     )
     gradient_checkpointing: bool = False
+    # Offload (docs/training.md, "Offload"): what does not fit a GPU lives in host memory.
+    offload_params: bool = Field(
+        False,
+        description="the policy's shards, gradients and AdamW step on the host, each FSDP unit copied "
+        "in for its pass (FSDP2 CPUOffloadPolicy; needs world_size >= 2)",
+    )
+    offload_optimizer: bool = Field(
+        False, description="AdamW's moments on the host between optimizer steps (in for each step)"
+    )
+    offload_reference: bool = Field(
+        False,
+        description="the frozen reference's shards on the host, streamed in for its pass (world_size >= 2)",
+    )
     freeze_vision: bool = False
     micro_batch_tokens: int = Field(8192, gt=0, description="token budget of one micro-batch")
     padding_free: bool = Field(
@@ -142,6 +155,16 @@ class ActorConfig(_Section):
             "actor.param_dtype=%s)", alias, data.get("param_dtype", "float32"),
         )  # fmt: skip
         return data
+
+    @model_validator(mode="after")
+    def _offload_needs_fsdp(self) -> ActorConfig:
+        host = [k for k in ("offload_params", "offload_reference") if getattr(self, k)]
+        if host and self.world_size < 2:
+            raise ValueError(
+                f"actor.{host[0]} streams FSDP units from the host, which needs actor.world_size >= 2; on one "
+                "rank use actor.offload_optimizer (AdamW's moments on the host) or more ranks"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fsdp_groups(self) -> ActorConfig:

@@ -93,6 +93,9 @@ def steps(tmp_path_factory: pytest.TempPathFactory) -> Steps:
             images_videos,
         ),
         "packed_checkpointed": (train_config(world, padding_free=True, gradient_checkpointing=True), even),
+        # the shards on the host, each unit copied in for its pass, AdamW stepping on the host
+        # (services/trainer/offload.py; FSDP2's CPUOffloadPolicy); the moments parked between steps
+        "offloaded": (train_config(world, offload_params=True, offload_optimizer=True, world_size=2), even),
     }
     single = {name: run_step(world, *case) for name, case in cases.items()}
     out = root / "ranks"
@@ -131,6 +134,7 @@ def largest_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float
         "packed",
         "packed_images_videos",
         "packed_checkpointed",
+        "offloaded",
     ],
 )
 def test_two_ranks_update_like_one(steps: Steps, case: str) -> None:
