@@ -235,12 +235,17 @@ class PolicyModel:
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.inputs.items()}
         targets = mb.response_ids.to(self.device)
         mask = mb.response_mask.to(self.device)
+        # What the head scores: the (B, R) grid, or, packed, only the real response tokens (N, in the
+        # grid's row-major order: the head pays for no padding), put back into the grid below
+        rows = mask.reshape(-1).nonzero().squeeze(-1) if mb.packed else None
+        scored, scored_mask = (targets, mask) if rows is None else (targets.reshape(-1)[rows], None)
         chunk = self.config.logprob_chunk_tokens
         head: Any = contextlib.nullcontext()
         if chunk is not None:
             head = scoring_head(
-                self.model, targets, mask, temperature=temperature, chunk_tokens=chunk, entropy=entropy
-            )
+                self.model, scored, torch.ones_like(scored) if scored_mask is None else scored_mask,
+                temperature=temperature, chunk_tokens=chunk, entropy=entropy,
+            )  # fmt: skip
         keep = mb.logits_to_keep.to(self.device)
         if self._vision is None:
             with self._compute(), shared_vision(self.model, inputs, mb.repeats), head:
@@ -248,18 +253,21 @@ class PolicyModel:
         else:
             with self._vision.around(inputs) as zero, shared_vision(self.model, inputs, mb.repeats), head:
                 out = self.model(**inputs, logits_to_keep=keep, use_cache=False)
-        # (B, R, ·): a packed row's (1, B·R, ·) holds response slot j of sequence b at b·R + j
         if chunk is not None:  # log-prob, entropy
-            scores = out.logits.reshape(*targets.shape, 2)
-            logp = scores[..., 0] * mask
-            ent = scores[..., 1] * mask if entropy else None
+            scores = out.logits.reshape(*scored.shape, 2)
+            logp, ent = scores[..., 0], (scores[..., 1] if entropy else None)
         else:
-            logits = out.logits.float().reshape(*targets.shape, -1)
+            logits = out.logits.float().reshape(*scored.shape, -1)
             if temperature != 1.0:
                 logits = logits / temperature
             logp_all = torch.log_softmax(logits, dim=-1)
-            logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
-            ent = entropy_from_logits(logits) * mask if entropy else None
+            logp = logp_all.gather(-1, scored.unsqueeze(-1)).squeeze(-1)
+            ent = entropy_from_logits(logits) if entropy else None
+        if rows is not None:
+            logp = _to_grid(logp, rows, targets.shape)
+            ent = None if ent is None else _to_grid(ent, rows, targets.shape)
+        logp = logp * mask
+        ent = None if ent is None else ent * mask
         if self._vision is not None:
             logp = logp + zero.value  # ties the zero-weight vision passes to the loss
         return logp, ent
@@ -327,16 +335,19 @@ class PolicyModel:
                 pass
             return None
         folder = Path(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        for stale in folder.parent.glob(f".{folder.name}.*"):  # a killed save's temp (GBs each retry)
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        tmp: Path | None = None
         try:
             try:
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                for stale in folder.parent.glob(f".{folder.name}.*"):  # a killed save's temp (GBs each)
+                    shutil.rmtree(stale, ignore_errors=True)
+                tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
                 layout = {saved: (state[key].dtype, tuple(state[key].shape)) for key, saved in plan}
                 write_safetensors(tmp / SINGLE_FILE, layout, gathered)
             finally:
-                for _ in gathered:  # a failed write still makes the all-gathers the other ranks wait in
+                # a failed folder or write (a full disk) still makes the all-gathers the other ranks
+                # wait in; only a gather failing on this rank itself leaves them to the group's timeout
+                for _ in gathered:
                     pass
             # what model.save_pretrained writes beside the weights
             self.hf_config.dtype = str(self.param_dtype).removeprefix("torch.")
@@ -353,7 +364,8 @@ class PolicyModel:
                 shutil.rmtree(folder)
             tmp.rename(folder)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         return folder
 
@@ -425,6 +437,12 @@ def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     if dtype is None or not value.is_floating_point() or value.dtype == dtype:
         return value
     return value.to(dtype)
+
+
+def _to_grid(values: torch.Tensor, rows: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """(N,) scores of the real tokens into the (B, R) grid at their row-major positions ``rows``, 0
+    elsewhere (differentiable: the gradient flows back to the scored ones)."""
+    return values.new_zeros(shape.numel()).index_copy(0, rows, values).view(shape)
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:

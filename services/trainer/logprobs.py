@@ -137,6 +137,9 @@ class _ChunkedHead(torch.autograd.Function):
                 del z, e
         ctx.save_for_backward(hidden, weight, bias, targets, top, total, mean_z)
         ctx.temperature, ctx.chunk_tokens, ctx.with_entropy = temperature, chunk_tokens, with_entropy
+        # an output the loss does not use (the entropy, logged but not in the loss at entropy_coef 0)
+        # gets None, not zeros: its backward term (another (c, V) buffer a chunk) is then skipped
+        ctx.set_materialize_grads(False)
         if not with_entropy:
             ctx.mark_non_differentiable(ent)
         return logp, ent
@@ -147,6 +150,10 @@ class _ChunkedHead(torch.autograd.Function):
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         temperature, chunk = ctx.temperature, ctx.chunk_tokens
         with_entropy = ctx.with_entropy and grad_ent is not None
+        if grad_logp is None and not with_entropy:
+            return None, None, None, None, None, None, None
+        if grad_logp is None:  # only the entropy reaches the loss
+            grad_logp = torch.zeros_like(top)
         grad_h = torch.zeros_like(hidden) if need_h else None
         acc = _softmax_dtype(weight.dtype)
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None

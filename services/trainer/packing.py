@@ -16,10 +16,10 @@ is one row of T = ΣL_i tokens:
   linear-attention layers run per sequence (:func:`segment_linear_attention`), whose CPU kernels
   would otherwise carry their recurrent state from one sequence into the next. A forward without
   boundaries (a padded batch) is transformers' SDPA attention with its usual mask.
-- ``logits_to_keep`` (B·R,) the row positions whose logits score each response token, response slot j
-  of sequence b at b·R + j (R the longest response; a slot past a response's end points at its
-  sequence's first token and is masked), so the scorer reshapes the logits to the padded (B, R) layout
-  and the losses are unchanged.
+- ``logits_to_keep`` (N,) the row positions whose logits score each real response token, in the
+  padded (B, R) grid's row-major order (sequence b's token j before b's token j+1 before b+1's): the LM
+  head scores no padding, and the scorer puts the N scores back into the (B, R) grid, so the losses
+  are unchanged.
 
 ``actor.micro_batch_tokens`` then counts real tokens (:func:`pack_tokens`).
 """
@@ -37,6 +37,7 @@ from services.trainer.batch import MicroBatch, TokenSequence, add_vision
 
 ATTENTION = "reelrl_varlen"
 _BOUNDARIES = "cu_seq_lens_q"
+EDGES = "packed_edges"  # the same boundaries as a tuple of ints, for the per-sequence paths
 
 
 def pack_tokens(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -69,18 +70,15 @@ def boundaries(lengths: Sequence[int]) -> torch.Tensor:
 
 
 def keep_positions(prompt_lengths: Sequence[int], response_lengths: Sequence[int]) -> torch.Tensor:
-    """(B·R,) positions of the packed row whose logits predict each response token, R = the longest
-    response (at least 1). The token predicting response token j of sequence b sits at
-    start_b + P_b − 1 + j; a slot j ≥ R_b points at start_b (any real position: it is masked).
+    """(N,) positions of the packed row whose logits predict each response token, N = Σ R_b: the token
+    predicting response token j of sequence b sits at start_b + P_b − 1 + j.
 
-    Example: prompts [2, 3], responses [2, 1] (row: p p r r | p p p r) → R = 2, starts 0 and 4:
-    [1, 2, 6, 4].
+    Example: prompts [2, 3], responses [2, 1] (row: p p r r | p p p r), starts 0 and 4: [1, 2, 6].
     """
-    width = max(max(response_lengths, default=0), 1)
     out: list[int] = []
     start = 0
     for p, r in zip(prompt_lengths, response_lengths, strict=True):
-        out.extend(start + p - 1 + j if j < r else start for j in range(width))
+        out.extend(start + p - 1 + j for j in range(r))
         start += p + r
     return torch.tensor(out, dtype=torch.long)
 
@@ -121,6 +119,7 @@ def collate_packed(
         "cu_seq_lens_k": cu,
         "max_length_q": max(lengths),
         "max_length_k": max(lengths),
+        EDGES: tuple(cu.tolist()),
     }
     repeats = add_vision(inputs, chosen)
     resp = [s.response_ids + [0] * (width - len(s.response_ids)) for s in chosen]
@@ -170,24 +169,34 @@ def varlen_attention(
     """transformers' attention signature (query (1, H, T, D), key/value (1, H_kv, T, D) → (1, T, H, D)):
     causal attention within each sequence of ``cu_seq_lens_q``. Without boundaries (a padded batch) it
     is transformers' SDPA attention unchanged."""
-    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     cu = kwargs.get(_BOUNDARIES)
-    if cu is None or query.shape[0] != 1:
+    if cu is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal,
             **kwargs,
         )  # fmt: skip
-    if query.is_cuda and _flash_available():
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    if query.shape[0] != 1:
+        raise ValueError(f"a packed batch is one row, got {query.shape[0]}: its boundaries would be misread")
+    if kwargs.get("sliding_window") is not None:
+        raise NotImplementedError("sliding-window attention over packed rows is not supported")
+    if _flash_ready(query):
+        from transformers.modeling_flash_attention_utils import _flash_attention_forward
 
-        return ALL_ATTENTION_FUNCTIONS["flash_attention_2"](
-            module, query, key, value, None, dropout=dropout, scaling=scaling, **kwargs
-        )
-    groups = getattr(module, "num_key_value_groups", 1)
-    if groups > 1:
-        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    edges = cu.tolist()
+        # named explicitly: the model's own _attn_implementation is ATTENTION, which flash's loader
+        # does not know
+        out = _flash_attention_forward(
+            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None,
+            query_length=query.shape[2], is_causal=True, dropout=dropout, softmax_scale=scaling,
+            cu_seq_lens_q=cu, cu_seq_lens_k=kwargs.get("cu_seq_lens_k", cu),
+            max_length_q=kwargs.get("max_length_q"), max_length_k=kwargs.get("max_length_k"),
+            attn_implementation="flash_attention_2",
+        )  # fmt: skip
+        return out, None
+    # the edges as plain ints, made once on the host (``cu`` on a GPU would cost a sync per layer)
+    edges = kwargs.get(EDGES) or cu.tolist()
+    gqa = getattr(module, "num_key_value_groups", 1) > 1  # no mask: SDPA repeats no K/V for the heads
     parts = [
         F.scaled_dot_product_attention(
             query[:, :, a:b],
@@ -196,10 +205,17 @@ def varlen_attention(
             dropout_p=dropout,
             scale=scaling,
             is_causal=True,
+            enable_gqa=gqa,
         )
         for a, b in itertools.pairwise(edges)
     ]
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _flash_ready(query: torch.Tensor) -> bool:
+    """flash-attention's varlen kernel can take ``query``: a GPU tensor in half precision, flash-attn
+    installed (fp32 forwards, e.g. ``compute_dtype: float32``, take the per-sequence path)."""
+    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and _flash_available()
 
 
 def _flash_available() -> bool:
@@ -248,10 +264,11 @@ _SEGMENTED = "_reelrl_per_sequence"
 def _per_sequence(original: Any) -> Any:
     def forward(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         cu = kwargs.pop(_BOUNDARIES, None)
+        edges = kwargs.pop(EDGES, None)
         if cu is None:
             return original(hidden_states, *args, **kwargs)
         kwargs.pop("cu_seq_lens_k", None)
-        edges = cu.tolist()
+        edges = edges or cu.tolist()
         parts = [original(hidden_states[:, a:b], *args, **kwargs) for a, b in itertools.pairwise(edges)]
         return torch.cat(parts, dim=1)
 

@@ -125,6 +125,28 @@ def test_chunks_match_the_full_computation(chunk: int, temperature: float, entro
         assert chunked(hidden, weight, *([b] if bias else []))[1] is None
 
 
+def test_an_output_the_loss_leaves_out_gets_no_backward_term() -> None:
+    """The entropy is computed for the metrics but, at entropy_coef 0, not in the loss: its gradient
+    arrives as None and its term is skipped; the log-prob gradients equal a run without entropy, and
+    a loss of the entropy alone still differentiates."""
+    gen = torch.Generator().manual_seed(3)
+    hidden, weight = torch.randn(7, 4, generator=gen), torch.randn(11, 4, generator=gen)
+    targets = torch.randint(0, 11, (7,), generator=gen)
+    grads = []
+    for entropy in (True, False):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        logp, _ = chunked_log_probs(h, w, targets, chunk_tokens=3, entropy=entropy)
+        logp.sum().backward()
+        grads.append((h.grad, w.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    h = hidden.clone().requires_grad_()
+    _, ent = chunked_log_probs(h, weight, targets, chunk_tokens=3, entropy=True)
+    ent.sum().backward()
+    logits = hidden.clone().requires_grad_()
+    entropy_from_logits(logits @ weight.T).sum().backward()
+    torch.testing.assert_close(h.grad, logits.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_the_gradient_is_the_derivative_in_fp64() -> None:
     gen = torch.Generator().manual_seed(0)
     inputs = tuple(

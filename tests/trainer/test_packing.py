@@ -30,10 +30,10 @@ def test_pack_tokens_counts_real_tokens() -> None:
 def test_boundaries_and_the_positions_that_score_each_response() -> None:
     assert packing.boundaries([2, 3]).tolist() == [0, 2, 5]
     assert packing.boundaries([2, 3]).dtype == torch.int32  # flash-attention's cu_seqlens
-    # row: p p r r | p p p r  (prompts 2 and 3, responses 2 and 1): R = 2, starts 0 and 4;
-    # sequence 0's tokens are predicted at 1, 2; sequence 1's at 4 + 3 - 1 = 6, its empty slot at 4
-    assert packing.keep_positions([2, 3], [2, 1]).tolist() == [1, 2, 6, 4]
-    assert packing.keep_positions([2], [0]).tolist() == [0]  # no response: one masked slot
+    # row: p p r r | p p p r  (prompts 2 and 3, responses 2 and 1): starts 0 and 4; sequence 0's
+    # tokens are predicted at 1, 2; sequence 1's at 4 + 3 - 1 = 6 (no padding slot is scored)
+    assert packing.keep_positions([2, 3], [2, 1]).tolist() == [1, 2, 6]
+    assert packing.keep_positions([2, 3], [0, 2]).tolist() == [4, 5]  # no response: nothing scored
 
 
 def _attention_module(kv_groups: int) -> SimpleNamespace:
@@ -66,6 +66,43 @@ def test_varlen_attention_is_causal_attention_within_each_sequence(kv_groups: in
     torch.testing.assert_close(
         out[0, 3], value[0, :, 3].repeat_interleave(kv_groups, dim=0), rtol=0, atol=1e-6
     )
+
+
+def test_on_a_gpu_with_flash_attn_the_varlen_kernel_gets_the_boundaries(monkeypatch) -> None:
+    """The flash branch names its kernel itself (the model's own implementation name is ours, which
+    flash's loader would refuse) and hands it the int32 boundaries and the longest sequence."""
+    import transformers.modeling_flash_attention_utils as flash
+
+    seen = {}
+
+    def kernel(q, k, v, mask, **kwargs):
+        seen.update(kwargs, mask=mask, shapes=(q.shape, k.shape))
+        return q  # (1, T, H, D)
+
+    monkeypatch.setattr(flash, "_flash_attention_forward", kernel)
+    monkeypatch.setattr(packing, "_flash_ready", lambda query: True)
+    query, key = torch.zeros(1, 4, 5, 8), torch.zeros(1, 2, 5, 8)
+    cu = packing.boundaries([2, 3])
+    out, _ = packing.varlen_attention(
+        _attention_module(2), query, key, key, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=3,
+        max_length_k=3,
+    )  # fmt: skip
+    assert out.shape == (1, 5, 4, 8) and seen["attn_implementation"] == "flash_attention_2"
+    assert seen["cu_seq_lens_q"].dtype == torch.int32 and seen["cu_seq_lens_q"].tolist() == [0, 2, 5]
+    assert (seen["max_length_q"], seen["max_length_k"], seen["mask"], seen["is_causal"]) == (3, 3, None, True)
+    assert seen["shapes"] == ((1, 5, 4, 8), (1, 5, 2, 8))  # (batch, tokens, heads, dim), as flash takes them
+
+
+def test_varlen_attention_refuses_what_it_would_get_wrong() -> None:
+    cu = packing.boundaries([2, 2])
+    two_rows = torch.zeros(2, 2, 4, 8)
+    with pytest.raises(ValueError, match="a packed batch is one row"):
+        packing.varlen_attention(_attention_module(1), two_rows, two_rows, two_rows, None, cu_seq_lens_q=cu)
+    one_row = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(NotImplementedError, match="sliding-window"):
+        packing.varlen_attention(
+            _attention_module(1), one_row, one_row, one_row, None, cu_seq_lens_q=cu, sliding_window=2
+        )
 
 
 def test_varlen_attention_without_boundaries_is_transformers_sdpa() -> None:
