@@ -281,7 +281,29 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     out.update({f"gpu_actor_{k}": v for k, v in vision_forward(actor.model, prompts[0], device).items()})
     out["gpu_actor_params_b"] = total / 1e9
     out["gpu_actor_steps"] = args.steps
+    out.update(offload_round_trip(actor, device))
     return out
+
+
+def offload_round_trip(actor: Any, device: torch.device) -> dict[str, float]:
+    """What ``Actor.offload()`` (around a colocated engine's generation) parks on the host, by kind, and
+    the device memory it hands back (0 on the CPU, where host and device are one memory), then the
+    reload: the figures the issue asks the script to print whenever it runs on a GPU."""
+    allocated = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else (lambda: 0)
+    before = allocated()
+    parked = actor.offload()
+    freed = before - allocated()
+    back = actor.reload()
+    figures = {f"gpu_actor_offload_{kind}_gib": n / GiB for kind, n in parked.items()}
+    figures["gpu_actor_offload_device_freed_gib"] = freed / GiB
+    figures["gpu_actor_offload_reloaded_gib"] = back / GiB
+    print(
+        "offload: parked "
+        + ", ".join(f"{k} {v / GiB:.3f} GiB" for k, v in parked.items())
+        + f"; the device got {freed / GiB:.3f} GiB back; reloaded {back / GiB:.3f} GiB",
+        flush=True,
+    )
+    return figures
 
 
 def main() -> None:

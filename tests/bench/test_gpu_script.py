@@ -25,6 +25,8 @@ ACTOR_KEYS = (
     "stream_buckets", "stream_bucketed_s", "stream_bucketed_peak_extra_gib", "stream_packed_s",
     "stream_packed_peak_extra_gib", "state_dict_full_s", "state_dict_full_peak_extra_gib", "step_s",
     "tokens", "params_b", "steps", "vision_forward_s", "vision_forward_device_s", "vision_attention_calls",
+    "offload_params_gib", "offload_grads_gib", "offload_optimizer_gib", "offload_device_freed_gib",
+    "offload_reloaded_gib",
 )  # fmt: skip
 
 
@@ -56,6 +58,13 @@ def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     # one attention call per window and layer: the tiny tower has 2 layers, one of them windowed
     assert figures["gpu_actor_vision_attention_calls"] > 2 and figures["gpu_actor_vision_forward_s"] > 0
     assert figures["gpu_actor_stream_buckets"] >= 1 and figures["gpu_actor_stream_bucketed_s"] > 0
+    # the offload parks the fp32 weights and AdamW's two moments, and all of it comes back
+    parked = figures["gpu_actor_offload_params_gib"] + figures["gpu_actor_offload_optimizer_gib"]
+    assert figures["gpu_actor_offload_optimizer_gib"] >= 1.9 * figures["gpu_actor_offload_params_gib"] > 0
+    assert figures["gpu_actor_offload_reloaded_gib"] == pytest.approx(
+        parked + figures["gpu_actor_offload_grads_gib"]
+    )
+    assert figures["gpu_actor_offload_device_freed_gib"] == 0  # the CPU: host and device are one memory
     assert set(figures[LOAD_KEY]) == {"start", "end"}
     assert figures[ENVIRONMENT_KEY]["device"] == "cpu" and figures[ENVIRONMENT_KEY]["torch"]
 
