@@ -14,7 +14,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from services.api.tokens import Scope
+from services.api.tokens import Scope, create_token
 from services.cli import app
 from services.common.jobs import create_job, fail_job
 from tests.api.stack import free_port, running_stack
@@ -288,3 +288,36 @@ def test_a_number_yaml_reads_as_a_string_is_still_refused_when_not_finite(reelrl
     )
     shown = no_crash(runner.invoke(app, [part.format(f=config) for part in command]), 2)
     assert "finite number" in shown and ("actor.optim.lr" in shown or "timeout_s" in shown), shown
+
+
+@pytest.mark.integration
+def test_a_job_result_shows_bidi_controls_visibly_and_json_escapes_them(api_env, monkeypatch):
+    """`status ID` printed a result's U+202E raw; `--json` keeps the text, escaped."""
+    from services.common.db import session_scope
+    from services.common.db.models import Job
+
+    job_id = create_job("preprocess", {"dataset": "d.jsonl", "out": "o.jsonl"})
+    fail_job(job_id, "done")
+    with session_scope() as session:
+        session.get(Job, job_id).result = {"note": HOSTILE, HOSTILE: 1}
+    detail = no_crash(runner.invoke(app, ["status", job_id]), 1)
+    assert "\u202e" not in detail and "<U+202E>evil" in detail
+    as_json = no_crash(runner.invoke(app, ["status", job_id, "--json"]), 1)
+    assert "\u202e" not in as_json and json.loads(as_json)["result"]["note"] == HOSTILE
+
+
+@pytest.mark.integration
+def test_following_with_a_submit_only_token_says_what_it_needs(stack, monkeypatch):
+    """`submit --follow` with a token that may submit but not read crashed on ApiError: HTTP 403."""
+    url = f"http://127.0.0.1:{free_port()}"
+    stack.start_api(name="locked", url=url, REELRL_API_AUTH="required")
+    token = create_token("submit-only", [Scope.submit])
+    monkeypatch.setenv("REELRL_API_URL", url)
+    monkeypatch.setenv("REELRL_API_TOKEN", token)
+    config = stack.root / "follow.yaml"
+    config.write_text("dataset: train.jsonl\nout: follow.jsonl\n")
+    shown = no_crash(runner.invoke(app, ["submit", "preprocess", str(config), "--follow"]), 1)
+    assert "Traceback" not in shown and "following needs a token with the read scope" in " ".join(
+        shown.split()
+    )
+    assert "reelrl status" in shown

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from services.api.client import ApiClient, ApiError, format_detail
-from services.common.text import plain
+from services.common.text import plain, visible
 
 console = Console(stderr=True)
 out = Console()
@@ -141,7 +141,19 @@ def submit_command(
         note = "" if accepted["created"] else " (existing job for this idempotency key)"
         console.print(f"{plain(kind)} job {plain(accepted['id'])} {plain(accepted['state'])}{note}")
         out.print(plain(accepted["id"]))
-        return follow_job(api, accepted["id"]) if follow else 0
+        if not follow:
+            return 0
+        try:
+            return follow_job(api, accepted["id"])
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            console.print(
+                f"[red]cannot follow it (HTTP 403)[/red]: following needs a token with the read scope, and "
+                f"this one lacks it; the job was submitted: `reelrl status {plain(accepted['id'])}` with a "
+                "read token shows it"
+            )
+            return 1
 
 
 def status_command(
@@ -158,13 +170,13 @@ def status_command(
             if job_id is None:
                 listing = api.jobs(kind=kind, state=state, limit=limit, offset=offset)
                 if as_json:
-                    out.print_json(json.dumps(listing))
+                    out.print_json(json.dumps(listing), ensure_ascii=True)
                 else:
                     _print_jobs(listing)
                 return 0
             job = api.job(job_id)
             if as_json:
-                out.print_json(json.dumps(job))
+                out.print_json(json.dumps(job), ensure_ascii=True)
             else:
                 _print_job(job)
             return follow_job(api, job_id) if follow else _exit_code(job["state"])
@@ -214,7 +226,19 @@ def _print_job(job: dict[str, Any]) -> None:
     if job["reason"]:
         out.print(f"reason: {plain(job['reason'])}")
     if job["result"]:
-        out.print_json(json.dumps(job["result"]))
+        out.print_json(json.dumps(_shown(job["result"])))
+
+
+def _shown(value: Any) -> Any:
+    """A JSON value with every string's bidi controls written as ``<U+202E>`` (the human view; --json
+    keeps the text, escaped as ``\\u202e``)."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {visible(str(k)): _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
 
 
 def follow_job(api: ApiClient, job_id: str) -> int:
