@@ -4,11 +4,12 @@ itself once the database answers (the engine's pre-ping replaces dead pooled con
 
 from __future__ import annotations
 
-import json
 import logging
 
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from services.common.body_limit import send_json
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 5
@@ -44,18 +45,5 @@ class DatabaseDownMiddleware:
             if started or not database_unreachable(exc):
                 raise
             log.warning("database unreachable (%s): 503 for %s", type(exc).__name__, scope.get("path"))
-            body = json.dumps(
-                {"detail": f"the database is unreachable ({type(exc).__name__}); retry in {RETRY_AFTER_S} s"}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"retry-after", str(RETRY_AFTER_S).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            detail = f"the database is unreachable ({type(exc).__name__}); retry in {RETRY_AFTER_S} s"
+            await send_json(send, 503, {"detail": detail}, ((b"retry-after", str(RETRY_AFTER_S).encode()),))

@@ -24,20 +24,8 @@ class BodyLimitMiddleware:
         self.app, self.max_bytes, self.setting = app, max_bytes, setting
 
     async def _refuse(self, send: Send, size: str) -> None:
-        body = json.dumps(
-            {"detail": f"request body of {size} bytes exceeds {self.max_bytes} ({self.setting})"}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        detail = f"request body of {size} bytes exceeds {self.max_bytes} ({self.setting})"
+        await send_json(send, 413, {"detail": detail})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -97,3 +85,22 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replay
+
+
+async def send_json(
+    send: Send, status: int, body: dict, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """An ASGI JSON response from a middleware that answers before (or instead of) the app."""
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})

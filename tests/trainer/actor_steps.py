@@ -177,6 +177,28 @@ def run_step(
     }  # fmt: skip
 
 
+def spawn_ranks(fn: Any, args: tuple, nprocs: int, timeout_s: float, what: str = "the ranks") -> None:
+    """Run ``fn(rank, *args)`` in ``nprocs`` spawned processes and wait for all of them; a test failure
+    naming ``what`` when they do not finish within ``timeout_s`` (every process left is killed)."""
+    import time
+
+    import pytest
+
+    context = torch.multiprocessing.start_processes(
+        fn, args=args, nprocs=nprocs, join=False, start_method="spawn"
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} did not finish within {timeout_s:.0f} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

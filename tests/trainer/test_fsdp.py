@@ -6,7 +6,6 @@ on-policy (ratio 1); with bf16 compute over fp32 master weights they agree to bf
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from tests.trainer.actor_steps import (
     fsdp_rank,
     make_groups,
     run_step,
+    spawn_ranks,
     train_config,
     with_modalities,
 )
@@ -100,19 +100,7 @@ def steps(tmp_path_factory: pytest.TempPathFactory) -> Steps:
     single = {name: run_step(world, *case) for name, case in cases.items()}
     out = root / "ranks"
     out.mkdir()
-    context = torch.multiprocessing.start_processes(
-        fsdp_rank, args=(2, free_port(), world, cases, out), nprocs=2, join=False, start_method="spawn"
-    )
-    try:
-        deadline = time.monotonic() + RANKS_TIMEOUT_S
-        while not context.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the FSDP ranks did not finish within {RANKS_TIMEOUT_S:.0f} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join(10)
+    spawn_ranks(fsdp_rank, (2, free_port(), world, cases, out), 2, RANKS_TIMEOUT_S, "the FSDP ranks")
     ranks = {name: [torch.load(out / f"{name}-rank{r}.pt") for r in range(2)] for name in cases}
     return Steps(single=single, ranks=ranks)
 

@@ -4,13 +4,19 @@ make the same update as 1 rank on the same global batch, and each rank holds hal
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
 from services.trainer.sharding import mesh_shape
-from tests.trainer.actor_steps import build_world, free_port, fsdp_rank, make_groups, run_step, train_config
+from tests.trainer.actor_steps import (
+    build_world,
+    free_port,
+    fsdp_rank,
+    make_groups,
+    run_step,
+    spawn_ranks,
+    train_config,
+)
 
 TOLERANCE = 1e-5  # fp32: as tests/trainer/test_fsdp.py (sums in another order across ranks)
 RANKS, FSDP_SIZE = 4, 2
@@ -41,23 +47,9 @@ def test_two_groups_of_two_update_like_one_rank(tmp_path) -> None:
     hybrid = train_config(world, batch_size=4, world_size=RANKS, fsdp_size=FSDP_SIZE)
     out = tmp_path / "ranks"
     out.mkdir()
-    context = torch.multiprocessing.start_processes(
-        fsdp_rank,
-        args=(RANKS, free_port(), world, {"hsdp": (hybrid, groups)}, out),
-        nprocs=RANKS,
-        join=False,
-        start_method="spawn",
+    spawn_ranks(
+        fsdp_rank, (RANKS, free_port(), world, {"hsdp": (hybrid, groups)}, out), RANKS, 300, "the 4 ranks"
     )
-    try:
-        deadline = time.monotonic() + 300
-        while not context.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail("the 4 ranks did not finish within 300 s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join(10)
     ranks = [torch.load(out / f"hsdp-rank{r}.pt") for r in range(RANKS)]
     gap = max(float((ranks[0]["final"][k] - single["final"][k]).abs().max()) for k in single["final"])
     moved = max(float((single["final"][k] - single["initial"][k]).abs().max()) for k in single["final"])

@@ -9,7 +9,6 @@ largest tensor plus a fixed allowance (which today's load, every rank holding th
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from services.trainer.actor import PolicyModel
 from services.trainer.config import ActorConfig
 from services.trainer.sharded_load import parameters_on_meta
 from services.trainer.weight_files import SINGLE_FILE
+from tests.trainer.actor_steps import spawn_ranks
 
 #: a Qwen2.5-VL whose LM head is tied to its embeddings, and one whose config says so over files that
 #: hold both tensors with different values (``from_pretrained`` leaves that one untied)
@@ -147,19 +147,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def sharded(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What two ranks loaded and saved, per family and kind (``out/<family>-<kind>.pt``, ``…-saved``)."""
     out = tmp_path_factory.mktemp("ranks")
-    context = torch.multiprocessing.start_processes(
-        _rank, args=(models, out), nprocs=RANKS, join=False, start_method="spawn"
-    )
-    try:
-        deadline = time.monotonic() + RANKS_TIMEOUT_S
-        while not context.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the ranks did not finish within {RANKS_TIMEOUT_S:.0f} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join(10)
+    spawn_ranks(_rank, (models, out), RANKS, RANKS_TIMEOUT_S)
     return out
 
 
