@@ -13,10 +13,11 @@ form or script on another site cannot write, whatever the auth mode. Clients tha
 from __future__ import annotations
 
 import ipaddress
-import json
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from services.common.body_limit import send_json
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -80,18 +81,7 @@ class HostGuardMiddleware:
         return own or name_matches(parts.hostname.lower(), self.configured)
 
     async def _refuse(self, send: Send, status: int, detail: str) -> None:
-        body = json.dumps({"detail": detail}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, status, {"detail": detail})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

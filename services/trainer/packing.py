@@ -47,18 +47,9 @@ def pack_tokens(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     Example: lengths [3, 3, 5, 2], budget 8 → [[0, 1], [2, 3]] (3 + 3 = 6, + 5 > 8; 5 + 2 = 7);
     [10, 1], budget 4 → [[0], [1]].
     """
-    groups: list[list[int]] = []
-    current: list[int] = []
-    total = 0
-    for i, n in enumerate(lengths):
-        if current and total + n > token_budget:
-            groups.append(current)
-            current, total = [], 0
-        current.append(i)
-        total += n
-    if current:
-        groups.append(current)
-    return groups
+    from services.trainer.weight_buckets import pack
+
+    return pack(lengths, token_budget)  # the weight buckets' rule: consecutive runs within a budget
 
 
 def boundaries(lengths: Sequence[int]) -> torch.Tensor:
