@@ -321,17 +321,6 @@ def _at(config: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def live_jobs(kind: str) -> list[JobInfo]:
-    """Queued and running jobs of ``kind``, oldest first."""
-    with session_scope() as session:
-        rows = session.scalars(
-            select(Job)
-            .where(Job.kind == kind, Job.state.in_([JobState.queued, JobState.running]))
-            .order_by(Job.created_at)
-        ).all()
-        return [_info(job) for job in rows]
-
-
 def _by_key(scope: str, key: str, kind: str, config: dict[str, Any]) -> JobInfo | None:
     """The job this owner submitted with ``key`` (``scope``: the digest of both), if any."""
     with session_scope() as session:
