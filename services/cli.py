@@ -164,26 +164,48 @@ def worker_preprocess(concurrency: int = typer.Option(2, "-c", "--concurrency", 
 
     serve_worker_metrics()  # first: the pool processes must inherit its metrics folder
     import services.preprocess.tasks  # noqa: F401  (registers the service's tasks with the shared app)
-    from services.common.celery_app import get_celery
 
-    get_celery().worker_main(
-        ["worker", "-Q", "preprocess", "-c", str(concurrency), "-P", "prefork", "--loglevel", "INFO"]
-    )
+    _run_worker("preprocess", "preprocess", "-c", str(concurrency), "-P", "prefork")
+
+
+def _run_worker(role: str, queue: str, *options: str) -> None:
+    """Run a Celery worker for ``queue`` in this process, under its own node name (``role.pid@host``),
+    recorded for `reelrl worker ping` while it runs."""
+    from services.common.celery_app import get_celery
+    from services.common.worker_nodes import registered
+
+    with registered(role) as me:
+        get_celery().worker_main(["worker", "-Q", queue, "-n", me.node, *options, "--loglevel", "INFO"])
+
+
+WORKER_ROLES = ("preprocess", "preprocess-jobs", "train", "eval")
 
 
 @worker_app.command("ping")
-def worker_ping(timeout: float = typer.Option(10.0, help="Seconds to wait for the answer.")) -> None:
-    """Exit 0 if this host's worker answers through the broker (a health check; a `solo` worker cannot
-    answer while it runs a job, so probe `worker train` and `worker eval` through their /metrics)."""
-    import socket
-
+def worker_ping(
+    timeout: float = typer.Option(10.0, help="Seconds to wait for the answers."),
+    role: str | None = typer.Option(None, help=f"Only the workers of this role ({', '.join(WORKER_ROLES)})."),
+) -> None:
+    """Exit 0 if every worker running on this host (of --role) answers through the broker: a health
+    check. A `solo` worker cannot answer while it runs a job, so probe `worker train` and `worker eval`
+    through their /metrics."""
     from services.common.celery_app import get_celery
+    from services.common.worker_nodes import local_workers
 
-    node = f"celery@{socket.gethostname()}"
-    if not get_celery().control.ping(destination=[node], timeout=timeout):
-        typer.echo(f"{node} did not answer within {timeout:g} s", err=True)
+    if role is not None and role not in WORKER_ROLES:
+        raise typer.BadParameter(f"--role must be one of {', '.join(WORKER_ROLES)}, not {role!r}")
+    nodes = [w.node for w in local_workers(role)]
+    if not nodes:
+        what = f"no `reelrl worker {role}`" if role else "no `reelrl worker`"
+        typer.echo(f"{what} runs on this host", err=True)
         raise typer.Exit(1)
-    typer.echo(f"{node} answered")
+    replies = get_celery().control.ping(destination=nodes, timeout=timeout)
+    answered = {name for reply in replies for name in reply}
+    silent = [n for n in nodes if n not in answered]
+    if silent:
+        typer.echo(f"{', '.join(silent)} did not answer within {timeout:g} s", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{', '.join(nodes)} answered")
 
 
 @worker_app.command("preprocess-jobs")
@@ -193,12 +215,9 @@ def worker_preprocess_jobs(concurrency: int = typer.Option(4, "-c", "--concurren
 
     serve_worker_metrics()
     import services.preprocess.job_task as job_task
-    from services.common.celery_app import get_celery
 
     # Threads: a job only waits on the database, and one process holds many.
-    get_celery().worker_main(
-        ["worker", "-Q", job_task.JOB_QUEUE, "-c", str(concurrency), "-P", "threads", "--loglevel", "INFO"]
-    )
+    _run_worker("preprocess-jobs", job_task.JOB_QUEUE, "-c", str(concurrency), "-P", "threads")
 
 
 @serve_app.command("api")
@@ -290,9 +309,8 @@ def worker_train() -> None:
 
     serve_worker_metrics()
     import services.trainer.tasks  # noqa: F401  (registers the service's tasks with the shared app)
-    from services.common.celery_app import get_celery
 
-    get_celery().worker_main(["worker", "-Q", "train", "-P", "solo", "--loglevel", "INFO"])
+    _run_worker("train", "train", "-P", "solo")
 
 
 @serve_app.command("reward")
@@ -413,9 +431,8 @@ def worker_eval() -> None:
 
     serve_worker_metrics()
     import services.eval.tasks  # noqa: F401  (registers the service's tasks with the shared app)
-    from services.common.celery_app import get_celery
 
-    get_celery().worker_main(["worker", "-Q", "eval", "-P", "solo", "--loglevel", "INFO"])
+    _run_worker("eval", "eval", "-P", "solo")
 
 
 def main() -> None:

@@ -46,6 +46,8 @@ async def _reap_forever(jobs: JobService, interval_s: float) -> None:
             await anyio.to_thread.run_sync(jobs.reap)
         except SQLAlchemyError as exc:
             log.warning("reaper: database unavailable: %s", exc)
+        except Exception:  # one bad pass must not end the reaper for the life of the process
+            log.exception("reaper: pass failed (tried again in %g s)", interval_s)
         await anyio.sleep(interval_s)
 
 

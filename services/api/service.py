@@ -8,18 +8,21 @@ from typing import Any
 
 from celery import Celery
 from kombu.exceptions import KombuError
+from redis.exceptions import RedisError
 
 from services.api.auth import AuthFailed, Principal
 from services.api.kinds import JobKind, KindUnavailable, kind_spec
 from services.api.schemas import CacheStatsOut
 from services.api.settings import ApiSettings
 from services.api.tokens import Scope
+from services.common.broker_inbox import waiting_job_ids
 from services.common.celery_app import get_celery
 from services.common.db.models import JobState
 from services.common.jobs import (
     JobInfo,
     JobNotFound,
     Reaped,
+    claim_resend,
     create_or_get_job,
     fail_job,
     get_job,
@@ -27,6 +30,7 @@ from services.common.jobs import (
     mark_enqueued,
     reap_stale_jobs,
     request_cancel,
+    unclaimed_jobs,
     unsent_retries,
 )
 from services.common.jobs import metrics_steps as job_metrics_steps
@@ -112,7 +116,40 @@ class JobService:
                 )
                 break
             log.info("job %s: retry sent", job_id)
+        self._resend_lost()
         return reaped
+
+    def _resend_lost(self) -> list[str]:
+        """Send again the task of every job that waited unclaimed for ``lost_message_s`` and whose
+        message the broker no longer holds (it restarted without its data). Returns their ids."""
+        unclaimed = unclaimed_jobs()
+        if not unclaimed:
+            return []
+        queues = {}
+        for job in unclaimed:
+            try:
+                queues[job.id] = kind_spec(job.kind).queue
+            except (KindUnavailable, ValueError):
+                continue  # its service is not installed here: the reaper of an API that has it sends it
+        try:
+            waiting = waiting_job_ids(self.celery, set(queues.values()))
+        except (KombuError, OSError, RedisError) as exc:
+            log.warning("could not read the broker's queues (tried again later): %s", exc)
+            return []
+        if waiting is None:
+            return []  # a broker whose queues cannot be read: never guess
+        resent = []
+        for job in unclaimed:
+            if job.id not in queues or job.id in waiting or not claim_resend(job):
+                continue
+            try:
+                self._send(job.id, job.kind)
+            except (KombuError, OSError) as exc:
+                log.warning("job %s: could not send its lost message again (tried later): %s", job.id, exc)
+                break
+            log.warning("job %s: queued with no message on the broker; its task was sent again", job.id)
+            resent.append(job.id)
+        return resent
 
     def cancel(self, job_id: str, principal: Principal) -> JobInfo:
         job = get_job(job_id)

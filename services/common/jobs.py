@@ -88,6 +88,12 @@ class JobSettings(BaseSettings):
     # Size bounds of a submitted job (services.common.job_bounds), checked at submission.
     max_files: int = Field(256, gt=0, description="files one list of a job's config may name")
     max_samples: int = Field(1_000_000, gt=0, description="samples all of a job's dataset files may hold")
+    # A queued job nobody claimed for this long is looked for on the broker, and sent again if its
+    # message is gone (a broker that restarted without its data); never sooner, so a job whose message
+    # was just taken by a worker that has not claimed it yet is not sent twice.
+    lost_message_s: float = Field(
+        60.0, gt=0, description="unclaimed seconds before a job's message is checked"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> JobSettings:
@@ -575,6 +581,36 @@ def unsent_retries() -> list[tuple[str, str]]:
                 .order_by(Job.updated_at)
             )
         ]
+
+
+def unclaimed_jobs(settings: JobSettings | None = None, now: datetime | None = None) -> list[JobInfo]:
+    """Queued jobs nobody claimed within ``lost_message_s`` of being sent, or of being created if
+    never sent (oldest first): those whose message the broker may have lost."""
+    settings = settings or JobSettings()
+    cutoff = (now or utcnow()) - timedelta(seconds=settings.lost_message_s)
+    sent_long_ago = Job.enqueued_at < cutoff
+    never_sent = Job.enqueued_at.is_(None) & (Job.updated_at < cutoff)
+    with session_scope() as session:
+        rows = session.scalars(
+            select(Job)
+            .where(Job.state == JobState.queued, sent_long_ago | never_sent)
+            .order_by(Job.updated_at)
+        ).all()
+        return [_info(job) for job in rows]
+
+
+def claim_resend(job: JobInfo, now: datetime | None = None) -> bool:
+    """Take the right to send ``job``'s message again: True for exactly one caller while the job is
+    still queued as ``job`` saw it (several API processes reconcile at once)."""
+    with session_scope() as session:
+        done = session.execute(
+            update(Job)
+            .where(Job.id == job.id, Job.state == JobState.queued, Job.attempts == job.attempts,
+                   (Job.enqueued_at == job.enqueued_at) if job.enqueued_at else Job.enqueued_at.is_(None))
+            .values(enqueued_at=now or utcnow())
+            .execution_options(synchronize_session=False)
+        )  # fmt: skip
+        return done.rowcount == 1
 
 
 # --- worker side: run one job ------------------------------------------------------------------

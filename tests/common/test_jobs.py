@@ -21,6 +21,7 @@ from services.common.jobs import (
     JobNotFound,
     JobNotRunnable,
     JobSettings,
+    claim_resend,
     create_job,
     create_or_get_job,
     fold_metrics,
@@ -34,6 +35,7 @@ from services.common.jobs import (
     recent_events,
     request_cancel,
     run_job,
+    unclaimed_jobs,
     unsent_retries,
 )
 
@@ -566,3 +568,29 @@ def test_orm_matches_the_migration(job_db):
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     ours = [d for d in diff if any(t in str(d) for t in ("'jobs'", "job_events", "api_tokens"))]
     assert ours == []
+
+
+def test_unclaimed_jobs_are_those_queued_past_the_bound_and_one_caller_takes_each(job_db):
+    settings = JobSettings(lost_message_s=60)
+    sent, never_sent, claimed = create_job("train", {}), create_job("eval", {}), create_job("train", {})
+    mark_enqueued(sent)
+    mark_enqueued(claimed)
+    with run_job(claimed, worker="w"):
+        assert unclaimed_jobs(settings) == []  # none is older than the bound yet
+        later = utcnow() + timedelta(seconds=61)
+        found = unclaimed_jobs(settings, now=later)
+    # Running and finished jobs are never candidates; a job never sent is one (the API died before
+    # sending it), as is a sent one nobody claimed.
+    assert sorted(j.id for j in found) == sorted([sent, never_sent])
+    first = {j.id: j for j in found}
+    assert claim_resend(first[sent]) and not claim_resend(first[sent])  # a second reconciler loses
+    assert claim_resend(first[never_sent]) and not claim_resend(first[never_sent])
+    # Sent again just now: not a candidate until the bound has passed again.
+    assert unclaimed_jobs(settings, now=utcnow() + timedelta(seconds=30)) == []
+    assert {j.id for j in unclaimed_jobs(settings, now=utcnow() + timedelta(seconds=61))} == {
+        sent,
+        never_sent,
+    }
+    request_cancel(sent)
+    assert [j.id for j in unclaimed_jobs(settings, now=utcnow() + timedelta(seconds=61))] == [never_sent]
+    assert not claim_resend(first[sent])  # cancelled meanwhile
