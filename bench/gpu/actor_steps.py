@@ -110,10 +110,15 @@ def device_seconds(events: Iterable[Any]) -> float:
     ) / 1e6  # fmt: skip
 
 
+# What counts as one attention call: SDPA (once per window on transformers' own path) and PyTorch's
+# variable-length flash kernel (once per layer with actor.padding_free, services/trainer/packing.py).
+ATTENTION_OPS = ("aten::scaled_dot_product_attention", "torch_attn::_varlen_attn")
+
+
 def vision_forward(model: Any, prompt: Any, device: torch.device) -> dict[str, float]:
     """One no-grad forward of ``model``'s vision tower on ``prompt``'s clip under bf16 autocast, after a
     warm-up: wall seconds, device-busy seconds (the profiler's kernel time; NaN off CUDA) and the number
-    of ``scaled_dot_product_attention`` calls."""
+    of attention calls (:data:`ATTENTION_OPS`)."""
     from torch.profiler import ProfilerActivity, profile
 
     pixels = prompt.vision["pixel_values_videos"].to(device)
@@ -127,7 +132,7 @@ def vision_forward(model: Any, prompt: Any, device: torch.device) -> dict[str, f
         with profile(activities=activities) as prof:
             measured(forward)
     events = prof.key_averages()
-    calls = sum(e.count for e in events if e.key == "aten::scaled_dot_product_attention")
+    calls = sum(e.count for e in events if e.key in ATTENTION_OPS)
     busy = device_seconds(events) if measured.cuda else math.nan
     return {"vision_forward_s": seconds, "vision_forward_device_s": busy, "vision_attention_calls": calls}
 
@@ -193,7 +198,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     device = torch.device("cpu" if args.dry_run else "cuda")
     config = ActorConfig(
         model_path=str(args.model), param_dtype="float32", compute_dtype="bfloat16",
-        gradient_checkpointing=True, micro_batch_tokens=args.micro_batch_tokens,
+        gradient_checkpointing=True, micro_batch_tokens=args.micro_batch_tokens, padding_free=args.padding_free,
         optim={"lr": args.lr, "grad_clip": 1.0},
     )  # fmt: skip
     actor = Actor(config, total_steps=args.steps, device=str(device))
@@ -318,6 +323,10 @@ def main() -> None:
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--lr", type=float, default=1e-6, help="the shipped recipes' lr")
     parser.add_argument("--bucket-mb", type=float, default=512.0, help="rollout.weight_bucket_mb's default")
+    parser.add_argument(
+        "--padding-free", action=argparse.BooleanOptionalAction, default=True,
+        help="actor.padding_free, as the large recipes set it (packed rows; the tower's windows in one call)",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model: the same code path")
     parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are merged into")
     args = parser.parse_args()

@@ -341,6 +341,7 @@ class TrainConfig(_Section):
             )
         problems += fleet_problems(self)
         problems += off_policy_problems(self)
+        problems += rollout_correction_problems(self)
         if self.data.batch_size % self.actor.world_size and self.actor.world_size > 1:
             problems.append(
                 f"data.batch_size={self.data.batch_size} must divide among actor.world_size="
@@ -447,20 +448,40 @@ def off_policy_problems(config: TrainConfig) -> list[str]:
             "trainer.off_policy_steps=1 does not take ReMax's greedy baseline (it would generate on the "
             "engines while they work on the next batch): choose another algorithm.advantage_estimator"
         )
+    return problems + behaviour_logprob_problems(config, "trainer.off_policy_steps=1")
+
+
+def rollout_correction_problems(config: TrainConfig) -> list[str]:
+    """What ``algorithm.rollout_correction.enabled`` cannot work with: its ratio divides by the engine's
+    log-probs, which must be of the distribution the actor's forward computes."""
+    if not config.algorithm.rollout_correction.enabled:
+        return []
+    return behaviour_logprob_problems(config, "algorithm.rollout_correction.enabled")
+
+
+def behaviour_logprob_problems(config: TrainConfig, what: str) -> list[str]:
+    """Why the engine's log-probs are not the actor's distribution (log-softmax of logits /
+    temperature over the whole vocabulary), for ``what``, which divides by them."""
+    rollout, problems = config.rollout, []
     temperature = rollout.temperature or 1.0
     if rollout.engine.logprobs_mode == "raw_logprobs" and temperature != 1.0:
         problems.append(
-            f"trainer.off_policy_steps=1 at rollout.temperature={rollout.temperature:g}: raw_logprobs are "
+            f"{what} at rollout.temperature={rollout.temperature:g}: raw_logprobs are "
             "at temperature 1, the actor's at the sampling temperature; set "
             "rollout.engine.logprobs_mode=processed_logprobs (or temperature 1)"
         )
     if rollout.engine.logprobs_mode == "processed_logprobs" and (rollout.top_p < 1.0 or rollout.top_k):
         problems.append(
-            "trainer.off_policy_steps=1 with processed_logprobs and top_p/top_k: those log-probs are "
+            f"{what} with processed_logprobs and top_p/top_k: those log-probs are "
             "renormalised over the kept tokens, the actor's over the whole vocabulary; set top_p=1 and "
             "top_k=null, or logprobs_mode=raw_logprobs with temperature 1"
         )
     return problems
+
+
+def behaviour_logprobs_comparable(config: TrainConfig) -> bool:
+    """The engine's log-probs are of the actor's distribution: its mismatch metrics mean something."""
+    return not behaviour_logprob_problems(config, "")
 
 
 class TrainJobConfig(TrainConfig):

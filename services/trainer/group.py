@@ -22,7 +22,13 @@ from services.trainer import checkpoints as ckpt
 from services.trainer.actor import Actor, PolicyModel, distributed
 from services.trainer.batch import PromptInputs, TokenSequence
 from services.trainer.config import TrainConfig
-from services.trainer.sequences import build_sequences, covering, offline_sequences, shard
+from services.trainer.sequences import (
+    balanced_shares,
+    build_sequences,
+    group_tokens,
+    offline_sequences,
+    shard,
+)
 from services.trainer.update import SequenceTargets, update_policy
 
 log = logging.getLogger(__name__)
@@ -60,18 +66,21 @@ class LocalActorGroup:
     # -- a step -----------------------------------------------------------------------------------------
 
     def load_batch(self, samples: Sequence[RolloutSample], groups: Sequence[RolloutGroup]) -> int:
-        """Build this rank's share of the step's sequences, loading the frames of its samples only;
-        returns how many it holds."""
+        """Build this rank's share of the step's sequences (:func:`balanced_shares`: whole groups, by
+        tokens), loading the frames of its samples only; returns how many it holds."""
         if len(samples) != len(groups):
             raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
-        counts = [len(g.responses) for g in groups]
-        share = shard(sum(counts), self.rank, self.world_size)
-        picked, offset = covering(counts, share)
-        mine = build_sequences(
+        share = balanced_shares(group_tokens(groups), self.world_size)[self.rank]
+        owner = [g for g, group in enumerate(groups) for _ in group.responses]
+        picked = sorted({owner[i] for i in share})
+        built = build_sequences(
             [samples[i] for i in picked], [groups[i] for i in picked], self.checkpoint, self.source,
             self.rollout,
         )  # fmt: skip
-        self.sequences = mine[offset : offset + len(share)]
+        # the picked groups' sequences, by their flattened index in the whole step
+        index = [i for i, g in enumerate(owner) if g in set(picked)]
+        wanted = set(share)
+        self.sequences = [s for i, s in zip(index, built, strict=True) if i in wanted]
         return len(self.sequences)
 
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
@@ -85,7 +94,12 @@ class LocalActorGroup:
             raise ValueError(
                 f"{len(targets)} targets for {len(self.sequences)} sequences on rank {self.rank}"
             )
-        return update_policy(self.actor, self.sequences, targets, self.config.algorithm, **kwargs)
+        from services.trainer.config import behaviour_logprobs_comparable
+
+        return update_policy(
+            self.actor, self.sequences, targets, self.config.algorithm,
+            behaviour_comparable=behaviour_logprobs_comparable(self.config), **kwargs,
+        )  # fmt: skip
 
     def scheduler_step(self) -> float:
         """Advance the lr schedule; returns the lr the step's update used."""

@@ -435,10 +435,10 @@ class Trainer:
             self.group.load_batch([s.rollout for s in samples], groups)
         temperature = cfg.rollout.temperature or 1.0
         # Old log-probs need their own pass only when the weights move before the last update reads
-        # them (several mini-batches or epochs) or when KL needs them before the update.
+        # them (several mini-batches or epochs) or when KL or MIS needs them before the update.
         single_update = cfg.actor.mini_batches * cfg.actor.ppo_epochs == 1
         old: list[torch.Tensor] | None = None
-        if not single_update or self.config.algorithm.needs_reference_model:
+        if not single_update or self.config.algorithm.needs_old_log_probs:
             with timer("old_log_prob"):
                 old = self.group.log_probs(temperature=temperature)
         # A lagging batch's ratio is pi_current / pi_behaviour: vLLM's log-probs of what it sampled.
@@ -477,7 +477,8 @@ class Trainer:
                 self.engine.wake_up()
             self._push_weights()
 
-        metrics.update({f"actor/{k}": v for k, v in update.items()})
+        # a metric with its own namespace (rollout_corr/...) keeps it
+        metrics.update({(k if "/" in k else f"actor/{k}"): v for k, v in update.items()})
         metrics.update(self.step_metrics(samples, groups, scored))
         metrics.update(self.engine.pop_metrics())  # rollout/engine_failures (engines dropped, re-sent)
         metrics.update(timer.metrics())

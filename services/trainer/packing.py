@@ -11,8 +11,8 @@ is one row of T = ΣL_i tokens:
   text positions first, would make transformers build a T×T block mask from them: 4 GB at 64k
   tokens, which the boundaries below make unnecessary.)
 - ``cu_seq_lens_q``/``_k`` (B+1,) the sequences' boundaries, which every attention layer receives: the
-  registered attention :data:`ATTENTION` runs one causal attention per sequence (flash-attention's
-  varlen kernel where it is installed on a GPU, else PyTorch's SDPA per sequence), and Qwen3.5's
+  registered attention :data:`ATTENTION` runs one causal attention per sequence (PyTorch's
+  variable-length flash kernel on a GPU in half precision, else SDPA per sequence), and Qwen3.5's
   linear-attention layers run per sequence (:func:`segment_linear_attention`), whose CPU kernels
   would otherwise carry their recurrent state from one sequence into the next. A forward without
   boundaries (a padded batch) is transformers' SDPA attention with its usual mask.
@@ -36,6 +36,8 @@ import torch.nn.functional as F
 from services.trainer.batch import MicroBatch, TokenSequence, add_vision
 
 ATTENTION = "reelrl_varlen"
+# "flash" in the name: transformers' vision attention passes its windows in one call only then.
+VISION_ATTENTION = "reelrl_flash_varlen_vision"
 _BOUNDARIES = "cu_seq_lens_q"
 EDGES = "packed_edges"  # the same boundaries as a tuple of ints, for the per-sequence paths
 
@@ -172,22 +174,50 @@ def varlen_attention(
         raise ValueError(f"a packed batch is one row, got {query.shape[0]}: its boundaries would be misread")
     if kwargs.get("sliding_window") is not None:
         raise NotImplementedError("sliding-window attention over packed rows is not supported")
-    if _flash_ready(query):
-        from transformers.modeling_flash_attention_utils import _flash_attention_forward
-
-        # named explicitly: the model's own _attn_implementation is ATTENTION, which flash's loader
-        # does not know
-        out = _flash_attention_forward(
-            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None,
-            query_length=query.shape[2], is_causal=True, dropout=dropout, softmax_scale=scaling,
-            cu_seq_lens_q=cu, cu_seq_lens_k=kwargs.get("cu_seq_lens_k", cu),
-            max_length_q=kwargs.get("max_length_q"), max_length_k=kwargs.get("max_length_k"),
-            attn_implementation="flash_attention_2",
-        )  # fmt: skip
-        return out, None
+    if _flash_ready(query, dropout):
+        return _varlen_kernel(query, key, value, kwargs, scaling, causal=True, gqa=_gqa(module)), None
     # the edges as plain ints, made once on the host (``cu`` on a GPU would cost a sync per layer)
     edges = kwargs.get(EDGES) or cu.tolist()
-    gqa = getattr(module, "num_key_value_groups", 1) > 1  # no mask: SDPA repeats no K/V for the heads
+    return _per_sequence_sdpa(query, key, value, edges, dropout, scaling, causal=True, gqa=_gqa(module)), None
+
+
+def vision_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The vision tower's attention over all of a layer's windows (Qwen2.5-VL) or clips (Qwen2-VL,
+    Qwen3-VL, Qwen3.5) in one call: bidirectional within each span of ``cu_seq_lens_q``.
+
+    transformers' vision attention hands the spans over in one call only to an implementation whose
+    name says "flash" (:data:`VISION_ATTENTION` does); any other gets one call per window, 7,232 of
+    them for one 3B clip's forward. On a GPU in half precision the spans go to PyTorch's
+    variable-length flash kernel at once; elsewhere it runs SDPA per span, the very computation
+    transformers' own SDPA path makes, so outputs are unchanged."""
+    cu = kwargs.get(_BOUNDARIES)
+    if cu is None or query.shape[0] != 1:
+        raise ValueError("the vision tower's attention needs one row of spans and their cu_seq_lens_q")
+    if _flash_ready(query, dropout):
+        return _varlen_kernel(query, key, value, kwargs, scaling, causal=False, gqa=_gqa(module)), None
+    return _per_sequence_sdpa(query, key, value, cu.tolist(), dropout, scaling, causal=False, gqa=False), None
+
+
+def _gqa(module: Any) -> bool:
+    # no mask: SDPA repeats no K/V for the heads
+    return getattr(module, "num_key_value_groups", 1) > 1
+
+
+def _per_sequence_sdpa(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, edges: Sequence[int], dropout: float,
+    scaling: float | None, *, causal: bool, gqa: bool,
+) -> torch.Tensor:  # fmt: skip
+    """(1, H, T, D) inputs → (1, T, H, D): SDPA within each span [edges[i], edges[i+1])."""
     parts = [
         F.scaled_dot_product_attention(
             query[:, :, a:b],
@@ -195,24 +225,41 @@ def varlen_attention(
             value[:, :, a:b],
             dropout_p=dropout,
             scale=scaling,
-            is_causal=True,
+            is_causal=causal,
             enable_gqa=gqa,
         )
         for a, b in itertools.pairwise(edges)
     ]
-    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous()
 
 
-def _flash_ready(query: torch.Tensor) -> bool:
-    """flash-attention's varlen kernel can take ``query``: a GPU tensor in half precision, flash-attn
-    installed (fp32 forwards, e.g. ``compute_dtype: float32``, take the per-sequence path)."""
-    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and _flash_available()
+def _varlen_kernel(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kwargs: dict[str, Any],
+    scaling: float | None, *, causal: bool, gqa: bool,
+) -> torch.Tensor:  # fmt: skip
+    """(1, H, T, D) inputs → (1, T, H, D) through PyTorch's variable-length flash kernel, one call for
+    every span (it has a backward; no flash-attn package is needed)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    cu_q = kwargs[_BOUNDARIES].to(device=query.device, dtype=torch.int32)
+    cu_k = kwargs.get("cu_seq_lens_k")
+    cu_k = cu_q if cu_k is None else cu_k.to(device=query.device, dtype=torch.int32)
+    max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+    if max_q is None or max_k is None:  # a sync, only where the caller did not say
+        edges = kwargs.get(EDGES) or cu_q.tolist()
+        longest = max(b - a for a, b in itertools.pairwise(edges))
+        max_q, max_k = max_q or longest, max_k or longest
+    out = varlen_attn(
+        query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), cu_q, cu_k,
+        int(max_q), int(max_k), scale=scaling, window_size=(-1, 0) if causal else (-1, -1), enable_gqa=gqa,
+    )  # fmt: skip
+    return out.unsqueeze(0)  # (T, H, D) → (1, T, H, D)
 
 
-def _flash_available() -> bool:
-    from transformers.utils import is_flash_attn_2_available
-
-    return bool(is_flash_attn_2_available())
+def _flash_ready(query: torch.Tensor, dropout: float = 0.0) -> bool:
+    """PyTorch's variable-length flash kernel can take ``query``: a CUDA tensor in half precision and no
+    dropout (fp32 forwards, e.g. ``compute_dtype: float32``, take the per-sequence path)."""
+    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and not dropout
 
 
 def register_attention() -> None:
@@ -223,16 +270,21 @@ def register_attention() -> None:
 
     AttentionInterface.register(ATTENTION, varlen_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+    AttentionInterface.register(VISION_ATTENTION, vision_attention)
 
 
 def enable_packing(model: Any) -> None:
     """Make ``model`` score packed rows (idempotent; a padded batch still runs as before): its language
-    model's attention is :data:`ATTENTION` (the vision tower keeps its own), and its linear-attention
-    layers, if any, run per sequence (:func:`segment_linear_attention`)."""
+    model's attention is :data:`ATTENTION`, its vision tower's :data:`VISION_ATTENTION` (every window
+    of a layer in one call), and its linear-attention layers, if any, run per sequence
+    (:func:`segment_linear_attention`)."""
     register_attention()
     config = model.config
     text = getattr(config, "text_config", None) or config
     text._attn_implementation = ATTENTION
+    vision = getattr(config, "vision_config", None)
+    if vision is not None:
+        vision._attn_implementation = VISION_ATTENTION
     segment_linear_attention(model)
 
 

@@ -3,8 +3,9 @@
 placement group (one bundle per rank, PACK).
 
 :class:`RayActorGroup` offers the loop the methods of ``LocalActorGroup`` over ALL sequences of a step:
-each rank holds a contiguous share (:func:`~services.trainer.sequences.shard`), so log-probs come back
-per rank and are concatenated in order, and targets are split the same way. Only rollout samples
+each rank holds whole response groups balanced by tokens
+(:func:`~services.trainer.sequences.balanced_shares`, computed alike here and on every rank), so
+log-probs come back per rank and are put back in the step's order, and targets are split the same way. Only rollout samples
 (frame-store keys) and token ids go to the ranks; each opens the frame store itself and loads its own
 share's frames. The full weights for a push come from rank 0 through Ray's object store.
 """
@@ -29,7 +30,7 @@ from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 from services.trainer.config import TrainConfig
-from services.trainer.sequences import as_dicts, shard
+from services.trainer.sequences import as_dicts, balanced_shares, group_tokens
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 
 log = logging.getLogger(__name__)
@@ -355,7 +356,7 @@ class RayActorGroup:
         self.world_size = config.actor.world_size
         self.workers: list[Any] = []
         self.placement_group: Any = None
-        self.counts: list[int] = []
+        self.shares: list[list[int]] = []  # the step's sequence indices each rank holds
         self._owns_ray = False
         self._temp_dir: Path | None = None
         try:
@@ -461,20 +462,29 @@ class RayActorGroup:
         """Hand every rank the step's samples and groups; each builds its share. Returns the total."""
         if len(samples) != len(groups):
             raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
-        self.counts = self._call("load_batch", as_dicts(samples), as_dicts(groups))
-        return sum(self.counts)
+        self.shares = balanced_shares(group_tokens(groups), self.world_size)
+        counts = self._call("load_batch", as_dicts(samples), as_dicts(groups))
+        if counts != [len(share) for share in self.shares]:
+            raise RuntimeError(f"the ranks built {counts} sequences, not their shares' {self.shares}")
+        return sum(counts)
 
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
         """Per-sequence log-probs of the whole step, in order."""
-        return [lp for part in self._call("log_probs", temperature, reference) for lp in part]
+        parts = self._call("log_probs", temperature, reference)
+        by_index = {
+            i: lp
+            for share, part in zip(self.shares, parts, strict=True)
+            for i, lp in zip(share, part, strict=True)
+        }
+        return [by_index[i] for i in range(len(by_index))]
 
     def update(self, targets: Sequence[SequenceTargets], **kwargs: Any) -> dict[str, float]:
-        total = sum(self.counts)
+        total = sum(len(share) for share in self.shares)
         if len(targets) != total:
             raise ValueError(f"{len(targets)} targets for the {total} sequences of the step")
         refs = [
-            w.update.remote([targets[i] for i in shard(total, rank, self.world_size)], kwargs)
-            for rank, w in enumerate(self.workers)
+            w.update.remote([targets[i] for i in share], kwargs)
+            for share, w in zip(self.shares, self.workers, strict=True)
         ]
         return combine_rank_metrics(self._gather(refs, "update"))
 

@@ -102,23 +102,37 @@ def shard(count: int, rank: int, world: int) -> range:
     return range(start, start + base + (1 if rank < extra else 0))
 
 
-def covering(counts: Sequence[int], share: range) -> tuple[list[int], int]:
-    """The groups (by index) holding the sequences of ``share``, a range over the flattened
-    (group, response) order where group i holds ``counts[i]`` sequences, and the position of the share's
-    first sequence among those groups' sequences.
+def group_tokens(groups: Sequence[RolloutGroup]) -> list[list[int]]:
+    """Each group's sequences' token counts (prompt + response): exactly the trainer's, since its
+    prompts must equal the engine's token for token (:func:`build_sequences` checks)."""
+    return [[len(g.prompt_token_ids) + len(r.token_ids) for r in g.responses] for g in groups]
 
-    Example: counts [2, 2, 2], share range(3, 5) → ([1, 2], 1): sequences 3 and 4 are the second of
-    group 1 and the first of group 2.
+
+def balanced_shares(tokens: Sequence[Sequence[int]], world: int) -> list[list[int]]:
+    """Which sequences each rank scores and updates: indices into the flattened (group, response)
+    order, ascending, one list per rank.
+
+    Whole groups go to ranks by token count, the largest first to the least-loaded rank (ties: the
+    lower rank), so no rank holds far more tokens than another, and so pads fewer dummy micro-batches
+    to keep in step (verl balances its sequences by length likewise); a group stays on one rank, which
+    loads its frames and runs its clip's vision pass once for all of its responses. With fewer groups
+    than ranks the sequences are cut into contiguous, near-equal counts instead (:func:`shard`).
+
+    Example: groups of tokens [[5, 5], [1, 1], [3, 3], [2]], 2 ranks → weights 10, 2, 6, 2 → rank 0
+    takes group 0, rank 1 groups 2, 1 and 3 (6, then 8, then 10): [[0, 1], [2, 3, 4, 5, 6]].
     """
-    picked: list[int] = []
-    offset, start = 0, 0
-    for i, count in enumerate(counts):
-        if start < share.stop and start + count > share.start:
-            if not picked:
-                offset = share.start - start
-            picked.append(i)
-        start += count
-    return picked, offset
+    starts, total = [], 0
+    for group in tokens:
+        starts.append(total)
+        total += len(group)
+    if len(tokens) < world:
+        return [list(shard(total, rank, world)) for rank in range(world)]
+    load, owned = [0] * world, [[] for _ in range(world)]
+    for g in sorted(range(len(tokens)), key=lambda i: (-sum(tokens[i]), i)):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        load[rank] += sum(tokens[g])
+        owned[rank].append(g)
+    return [[starts[g] + j for g in sorted(groups) for j in range(len(tokens[g]))] for groups in owned]
 
 
 def as_dicts(items: Sequence[Any]) -> list[dict[str, Any]]:

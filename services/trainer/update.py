@@ -3,6 +3,7 @@ accumulation), every loss normalised by the mini-batch's global count across mic
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,12 @@ from services.trainer.algorithms import (
     compute_kl_loss,
     compute_policy_loss,
     local_normaliser,
+)
+from services.trainer.algorithms.rollout_correction import (
+    RolloutCorrectionConfig,
+    correction,
+    mismatch_metrics,
+    ratios,
 )
 from services.trainer.batch import TokenSequence, pad_rows
 
@@ -60,6 +67,7 @@ def update_policy(
     temperature: float,
     offline_term: str,
     offline_weight: float = 1.0,
+    behaviour_comparable: bool = False,
 ) -> dict[str, float]:
     """``actor.config.ppo_epochs`` passes over ``mini_batches`` optimizer steps; returns mean metrics.
 
@@ -67,6 +75,9 @@ def update_policy(
     "old" log-probs are the current ones, so the gradient is the advantage-weighted log-likelihood);
     ``luffy``: LUFFY's shaping for offline tokens (``algorithm.policy_loss`` is luffy).
     ``offline_weight`` multiplies the offline responses' advantages (``mix.offline_weight``).
+    ``behaviour_comparable``: the engine's log-probs (``TokenSequence.rollout_logprobs``) are of the
+    distribution the actor's forward computes, so ``algorithm.rollout_correction`` may weigh by them and
+    its ``rollout_corr/*`` metrics are reported (the trainer's config refuses a correction without it).
     """
     cfg = actor.config
     _, world = actor.rank, actor.world_size
@@ -87,6 +98,13 @@ def update_policy(
             shares: dict[str, list[float]] = defaultdict(list)
             sub = [sequences[i] for i in chunk]
             micro = actor.micro_batches(sub, [positions[i] for i in chunk])
+            if behaviour_comparable and algorithm.rollout_correction.needs_old_log_probs:
+                # MIS: tokens outside the band leave the loss and its normaliser, fixed before any forward
+                micro = [
+                    _drop_outside_band(mb, [sequences[chunk[i]] for i in mb.indices],
+                                       [targets[chunk[i]] for i in mb.indices], algorithm)
+                    for mb in micro
+                ]  # fmt: skip
             total = all_reduce_sum(
                 sum(local_normaliser(mb.response_mask, algorithm.loss_agg) for mb in micro).to(torch.float64)
             )
@@ -96,7 +114,7 @@ def update_policy(
                     actor, mb, [sequences[i] for i in rows], [targets[i] for i in rows], algorithm,
                     loss_name=loss_name, params=params, total=total, world=world, kl_coef=kl_coef,
                     entropy_coef=entropy_coef, temperature=temperature, offline_term=offline_term,
-                    offline_weight=offline_weight,
+                    offline_weight=offline_weight, behaviour_comparable=behaviour_comparable,
                 )  # fmt: skip
                 for k, v in metrics.items():
                     if not mb.dummy:
@@ -106,12 +124,13 @@ def update_policy(
             for k, v in _reduce(shares).items():
                 sums[k].append(v)
             sums["grad_norm"].append(actor.step_optimizer())
-    return {k: (max(v) if k in _MAXED else sum(v) / len(v)) for k, v in sums.items() if v}
+    return _reduce(sums, summed=frozenset())  # a mini-batch's loss is already its micro-batches' sum
 
 
 # Per-micro-batch shares of a mini-batch's loss: their sum is the mini-batch value.
 _SUMMED = frozenset({"pg_loss", "kl_loss", "entropy_loss"})
-_MAXED = frozenset({"rollout_logprob_diff_max"})
+_MAXED = frozenset({"rollout_logprob_diff_max", "rollout_corr/ratio_max"})
+_MINNED = frozenset({"rollout_corr/ratio_min"})
 
 
 def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -129,9 +148,9 @@ def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, floa
     return _reduce(values)
 
 
-def _reduce(values: dict[str, list[float]]) -> dict[str, float]:
+def _reduce(values: dict[str, list[float]], summed: frozenset[str] = _SUMMED) -> dict[str, float]:
     return {
-        k: (sum(v) if k in _SUMMED else max(v) if k in _MAXED else sum(v) / len(v))
+        k: (sum(v) if k in summed else max(v) if k in _MAXED else min(v) if k in _MINNED else sum(v) / len(v))
         for k, v in values.items()
         if v
     }
@@ -153,6 +172,7 @@ def _micro_step(
     temperature: float,
     offline_term: str,
     offline_weight: float,
+    behaviour_comparable: bool,
 ) -> dict[str, float]:
     width = mb.response_mask.shape[1]
     metrics_extra: dict[str, float] = {}
@@ -175,6 +195,11 @@ def _micro_step(
     adv = pad_rows([t.advantages.tolist() for t in tg], width).to(actor.device)
     if offline_weight != 1.0 and offline.any():
         adv = adv * torch.where(offline, offline_weight, 1.0).unsqueeze(-1)
+    if behaviour_comparable:
+        weights, corr_metrics = _rollout_weights(old, mask, seqs, algorithm.rollout_correction)
+        metrics_extra.update(corr_metrics)
+        if weights is not None:
+            adv = adv * weights  # w >= 0 stop-gradient: loss(w·A) = w·loss(A) token by token
     inputs = dict(params)
     if loss_name == "luffy":
         inputs["offline_mask"] = offline
@@ -211,6 +236,53 @@ def _micro_step(
     # FSDP averages gradients over ranks; the losses above are already shares of the global count.
     (total_loss * (0.0 if mb.dummy else world)).backward()
     return {**{k: float(v) for k, v in metrics.items()}, **metrics_extra}
+
+
+def _behaviour_grid(
+    seqs: Sequence[TokenSequence], width: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engine's log-probs (B, R) of the sampled responses, and which rows have them (offline
+    responses, which no engine sampled, have none)."""
+    has = [bool(s.rollout_logprobs) and not s.offline for s in seqs]
+    grid = pad_rows([list(s.rollout_logprobs) if h else [] for s, h in zip(seqs, has, strict=True)], width)
+    return grid.to(device), torch.tensor(has, device=device)
+
+
+def _rollout_weights(
+    old: torch.Tensor, mask: torch.Tensor, seqs: Sequence[TokenSequence], config: RolloutCorrectionConfig
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """The rollout correction's token weights (None when it is off; 1 on rows without engine
+    log-probs) and the mismatch metrics of the rows that have them."""
+    behaviour, has = _behaviour_grid(seqs, mask.shape[1], old.device)
+    sampled = mask * has.unsqueeze(-1)
+    metrics = mismatch_metrics(old, behaviour, sampled, config)
+    if not config.enabled or not has.any():
+        return None, metrics
+    weights, _ = correction(ratios(old, behaviour, sampled, config.level), sampled, config)
+    return torch.where(has.unsqueeze(-1), weights, torch.ones_like(weights)), metrics
+
+
+def _drop_outside_band(mb, seqs: Sequence[TokenSequence], tg: Sequence[SequenceTargets], algorithm):
+    """``mb`` with the tokens MIS rejects taken out of its response mask (the old log-probs come from
+    their own pass: ``AlgorithmConfig.needs_old_log_probs``)."""
+    width = mb.response_mask.shape[1]
+    behaviour, has = _behaviour_grid(seqs, width, mb.response_mask.device)
+    missing = [
+        i for i, (t, h) in enumerate(zip(tg, has.tolist(), strict=True)) if h and t.old_log_probs is None
+    ]
+    if missing:
+        raise ValueError(
+            f"rollout correction (mis) needs old log-probs for rows {missing}: none were computed"
+        )
+    old = pad_rows(
+        [t.old_log_probs.tolist() if h else [] for t, h in zip(tg, has.tolist(), strict=True)], width
+    )
+    mask = mb.response_mask
+    sampled = mask * has.unsqueeze(-1).to(mask.dtype)
+    config = algorithm.rollout_correction
+    _, keep = correction(ratios(old.to(mask.device), behaviour, sampled, config.level), sampled, config)
+    kept = torch.where(has.unsqueeze(-1), keep.to(mask.dtype), mask)
+    return dataclasses.replace(mb, response_mask=mask * kept)
 
 
 def _rollout_gap(log_probs: torch.Tensor, seqs: Sequence[TokenSequence]) -> dict[str, float]:

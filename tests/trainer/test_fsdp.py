@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from services.trainer.sequences import covering, shard
+from services.trainer.sequences import balanced_shares, shard
 from tests.trainer.actor_steps import (
     build_world,
     free_port,
@@ -28,23 +28,29 @@ TOLERANCE = 1e-5
 RANKS_TIMEOUT_S = 300.0
 
 
-def test_covering_finds_the_groups_of_a_share() -> None:
-    # groups of 2, 2, 2 sequences: 0 1 | 2 3 | 4 5
-    assert covering([2, 2, 2], range(0, 3)) == ([0, 1], 0)
-    assert covering([2, 2, 2], range(3, 6)) == ([1, 2], 1)  # starts at group 1's second
-    assert covering([2, 2, 2], range(2, 4)) == ([1], 0)
-    assert covering([3, 1, 4], range(3, 5)) == ([1, 2], 0)
-    assert covering([3, 1, 4], range(4, 4)) == ([], 0)
-    # the shares of shard() cover every sequence once
-    counts = [3, 1, 4]
-    for world in (1, 2, 3):
-        seen = []
-        for rank in range(world):
-            share = shard(sum(counts), rank, world)
-            picked, offset = covering(counts, share)
-            flat = [(g, j) for g in picked for j in range(counts[g])]
-            seen += flat[offset : offset + len(share)]
-        assert seen == [(g, j) for g in range(3) for j in range(counts[g])]
+def test_balanced_shares_give_whole_groups_to_ranks_by_tokens() -> None:
+    # the docstring's example, worked by hand: weights 10, 2, 6, 2; group 0 → rank 0 (10), group 2 →
+    # rank 1 (6), group 1 → rank 1 (8), group 3 → rank 1 (10)
+    assert balanced_shares([[5, 5], [1, 1], [3, 3], [2]], 2) == [[0, 1], [2, 3, 4, 5, 6]]
+    # one long video prompt against three short ones: contiguous halves would give rank 0 all but one
+    # short group's tokens (3,000 + 100 against 100 + 100); by tokens rank 0 takes the long one alone
+    tokens = [[1500, 1500], [50, 50], [50, 50], [50, 50]]
+    assert balanced_shares(tokens, 2) == [[0, 1], [2, 3, 4, 5, 6, 7]]
+    assert [list(shard(8, r, 2)) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # ties go to the lower rank, in group order
+    assert balanced_shares([[1], [1], [1], [1]], 2) == [[0, 2], [1, 3]]
+    assert balanced_shares([[4, 4]], 1) == [[0, 1]]
+    # fewer groups than ranks: contiguous counts, groups cut (every rank must hold a sequence)
+    assert balanced_shares([[9, 9, 9, 9]], 2) == [[0, 1], [2, 3]]
+    # every sequence exactly once, every rank at least one, for many shapes
+    for world in (1, 2, 3, 4):
+        for shape in ([3, 1, 4], [1] * 7, [8], [2, 2, 2, 2, 2]):
+            tokens = [[10 * g + j + 1 for j in range(n)] for g, n in enumerate(shape)]
+            shares = balanced_shares(tokens, world)
+            assert sorted(i for share in shares for i in share) == list(range(sum(shape)))
+            assert all(share == sorted(share) for share in shares)
+            if sum(shape) >= world:
+                assert all(shares), (world, shape)
 
 
 @dataclass

@@ -117,6 +117,15 @@ def test_sigkill_then_resume_continues_with_the_same_batch(assets, reelrl_home: 
     )
 
 
+# MIS forces the old log-probs' own pass and drops the tokens outside its band (none, here)
+MIS_RUN = {
+    "trainer.total_steps": 2,
+    "trainer.val_freq": 0,
+    "algorithm.rollout_correction.enabled": "true",
+    "algorithm.rollout_correction.mode": "mis",
+}
+
+
 def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
     assets, reelrl_home: Path, tmp_path: Path
 ) -> None:
@@ -127,7 +136,7 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
     out = tmp_path / "job-run"
     config = load_config(
         ROOT / "examples" / "tiny_cpu.yaml",
-        overrides(assets, out, "qwen3_vl", **{"trainer.total_steps": 2, "trainer.val_freq": 0}),
+        overrides(assets, out, "qwen3_vl", **MIS_RUN),
     )
     job_id = create_job("train", config.model_dump(mode="json"))
     train_job(job_id)
@@ -140,8 +149,11 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
     # the checkpoint names its job: a retry of this job may resume from it, another job's retry not
     assert json.loads((Path(job.result["checkpoint"]) / "state.json").read_text())["job_id"] == job_id
     # Train/infer consistency in the loop itself: the actor scores the sampled tokens as vLLM did.
+    # (as the rollout correction measures it: every ratio pi_old / pi_vllm within 1e-4 of 1, nothing
+    # dropped by MIS)
     for m in metrics[1:]:
-        assert m["actor/rollout_logprob_diff_max"] < 1e-4, m
+        assert 1 - 1e-4 < m["rollout_corr/ratio_min"] <= m["rollout_corr/ratio_max"] < 1 + 1e-4, m
+        assert m["rollout_corr/clipped_frac"] == 0.0 and abs(m["rollout_corr/kl"]) < 1e-4, m
 
 
 def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_path: Path) -> None:

@@ -68,29 +68,46 @@ def test_varlen_attention_is_causal_attention_within_each_sequence(kv_groups: in
     )
 
 
-def test_on_a_gpu_with_flash_attn_the_varlen_kernel_gets_the_boundaries(monkeypatch) -> None:
-    """The flash branch names its kernel itself (the model's own implementation name is ours, which
-    flash's loader would refuse) and hands it the int32 boundaries and the longest sequence."""
-    import transformers.modeling_flash_attention_utils as flash
+@pytest.mark.parametrize("tower", [False, True])
+def test_on_a_gpu_the_varlen_kernel_gets_every_boundary_in_one_call(monkeypatch, tower: bool) -> None:
+    """On a GPU in half precision both attentions hand PyTorch's variable-length flash kernel every span
+    at once: int32 boundaries, the longest span, causal for the language model and bidirectional
+    for the vision tower, (tokens, heads, dim) layouts; the output comes back as (1, T, H, D)."""
+    import torch.nn.attention.varlen as varlen
 
-    seen = {}
+    seen = []
 
-    def kernel(q, k, v, mask, **kwargs):
-        seen.update(kwargs, mask=mask, shapes=(q.shape, k.shape))
-        return q  # (1, T, H, D)
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs):
+        seen.append(dict(kwargs, cu_q=cu_q, cu_k=cu_k, max_q=max_q, max_k=max_k, shapes=(q.shape, k.shape)))
+        return q  # (T, H, D)
 
-    monkeypatch.setattr(flash, "_flash_attention_forward", kernel)
-    monkeypatch.setattr(packing, "_flash_ready", lambda query: True)
-    query, key = torch.zeros(1, 4, 5, 8), torch.zeros(1, 2, 5, 8)
+    monkeypatch.setattr(varlen, "varlen_attn", kernel)
+    monkeypatch.setattr(packing, "_flash_ready", lambda query, dropout=0.0: True)
+    kv_heads = 4 if tower else 2
+    query, key = torch.zeros(1, 4, 5, 8), torch.zeros(1, kv_heads, 5, 8)
     cu = packing.boundaries([2, 3])
-    out, _ = packing.varlen_attention(
-        _attention_module(2), query, key, key, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=3,
-        max_length_k=3,
-    )  # fmt: skip
-    assert out.shape == (1, 5, 4, 8) and seen["attn_implementation"] == "flash_attention_2"
-    assert seen["cu_seq_lens_q"].dtype == torch.int32 and seen["cu_seq_lens_q"].tolist() == [0, 2, 5]
-    assert (seen["max_length_q"], seen["max_length_k"], seen["mask"], seen["is_causal"]) == (3, 3, None, True)
-    assert seen["shapes"] == ((1, 5, 4, 8), (1, 5, 2, 8))  # (batch, tokens, heads, dim), as flash takes them
+    attention = packing.vision_attention if tower else packing.varlen_attention
+    module = _attention_module(4 // kv_heads)
+    out, _ = attention(module, query, key, key, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu, scaling=0.5)
+    (call,) = seen
+    assert out.shape == (1, 5, 4, 8)
+    assert call["cu_q"].dtype == torch.int32 and call["cu_q"].tolist() == [0, 2, 5]
+    assert (call["max_q"], call["max_k"], call["scale"]) == (3, 3, 0.5)  # the longest span, worked out
+    assert call["window_size"] == ((-1, -1) if tower else (-1, 0))  # bidirectional / causal
+    assert call["enable_gqa"] is (not tower)
+    assert call["shapes"] == ((5, 4, 8), (5, kv_heads, 8))  # (tokens, heads, dim), as the kernel takes them
+
+
+def test_the_vision_attention_is_bidirectional_within_each_span_only() -> None:
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 7, 4, generator=generator) for _ in range(3))
+    cu = packing.boundaries([3, 4])
+    out, _ = packing.vision_attention(_attention_module(1), query, key, value, None, cu_seq_lens_q=cu)
+    for a, b in ((0, 3), (3, 7)):
+        alone = F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b])
+        torch.testing.assert_close(out[0, a:b], alone[0].transpose(0, 1), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="cu_seq_lens_q"):
+        packing.vision_attention(_attention_module(1), query, key, value, None)
 
 
 def test_varlen_attention_refuses_what_it_would_get_wrong() -> None:
@@ -229,3 +246,41 @@ def test_packed_micro_batches_hold_real_tokens_within_the_budget(tmp_path: Path,
         lengths[2] + 2,
     ]
     assert micro[0].inputs["cu_seq_lens_q"].tolist() == [0, lengths[0] + 3, lengths[0] + 3 + lengths[1] + 1]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_vision_tower_runs_each_layer_in_one_attention_call(
+    family: str, tmp_path: Path, video_dir: Path
+) -> None:
+    """With packing the tower's attention takes every window (Qwen2.5-VL) or clip of a layer in one
+    call, and its features are those of transformers' own per-window SDPA path."""
+    from transformers import AttentionInterface
+
+    model_path, (v0, v1, _) = _prompts(family, tmp_path, video_dir)
+    policy = PolicyModel(ActorConfig(model_path=str(model_path)), trainable=False, device="cpu")
+    visual = policy.model.model.visual
+    pixels = torch.cat([p.vision["pixel_values_videos"] for p in (v0, v1)])
+    grid = torch.cat([p.vision["video_grid_thw"] for p in (v0, v1)])
+
+    def features():
+        with torch.no_grad():
+            out = visual(pixels, grid_thw=grid)
+        return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+    before = features()
+    packing.enable_packing(policy.model)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["cu_seq_lens_q"].numel() - 1)
+        return packing.vision_attention(*args, **kwargs)
+
+    AttentionInterface.register(packing.VISION_ATTENTION, counted)
+    try:
+        after = features()
+    finally:
+        packing.register_attention()
+    assert len(calls) == len(visual.blocks)  # one call per layer
+    assert max(calls) >= 2  # each call held several spans (two clips at least)
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-6)

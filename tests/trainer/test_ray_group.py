@@ -15,6 +15,7 @@ import torch
 from services.rollout.checkpoint import Checkpoint
 from services.trainer.group import LocalActorGroup
 from services.trainer.ray_group import engine_cpus, generating_cpus, rank_threads
+from services.trainer.sequences import balanced_shares, group_tokens
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
 
@@ -128,8 +129,9 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
                                                      "grad_clip": None, "warmup_steps": 4})  # fmt: skip
     rollout = config.effective_rollout()
     samples = list(world.samples)
-    # 6 sequences, 3 per rank: group 1 is split between the ranks
-    groups = make_groups(world, rollout, [[5, 9], [7, 3], [6, 4]])
+    # 6 sequences in 3 groups of equal tokens: whole groups by tokens, ties to the lower rank, so rank 0
+    # holds groups 0 and 2 and rank 1 group 1 (log-probs come back out of rank order)
+    groups = make_groups(world, rollout, [[6, 4], [7, 3], [5, 5]])
     adv = advantages(groups)
 
     single = config.model_copy(update={"actor": config.actor.model_copy(update={"world_size": 1})})
@@ -168,6 +170,7 @@ def test_ray_group_matches_one_process(tmp_path: Path) -> None:
         assert any("actor rank 0 of 2 failed in load_batch" in n for n in failure.value.__notes__)
 
         assert group.load_batch(samples, groups) == 6
+        assert group.shares == balanced_shares(group_tokens(groups), 2) == [[0, 1, 4, 5], [2, 3]]
         pushed = group.state_dict()
         assert gap(pushed, initial) == 0.0
         # the rollout engine's push check accepts exactly these names

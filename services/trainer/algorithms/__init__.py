@@ -43,6 +43,12 @@ from services.trainer.algorithms.policy_losses import (
     compute_policy_loss,
     register_policy_loss,
 )
+from services.trainer.algorithms.rollout_correction import (
+    RolloutCorrectionConfig,
+    correction,
+    mismatch_metrics,
+    ratios,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -58,6 +64,7 @@ __all__ = [
     "LossAgg",
     "OverlongPenaltyConfig",
     "PolicyLoss",
+    "RolloutCorrectionConfig",
     "aggregate_loss",
     "apply_kl_reward_penalty",
     "approx_kl",
@@ -65,14 +72,17 @@ __all__ = [
     "compute_advantages",
     "compute_kl_loss",
     "compute_policy_loss",
+    "correction",
     "dynamic_sampling_keep",
     "entropy_from_logits",
     "kl_penalty",
     "local_normaliser",
     "make_kl_controller",
     "mean_entropy",
+    "mismatch_metrics",
     "outcome_token_rewards",
     "overlong_penalty",
+    "ratios",
     "register_advantage",
     "register_policy_loss",
     "reward_means_by_type",

@@ -17,6 +17,7 @@ from services.trainer.algorithms.advantages import GROUP_ESTIMATORS, AdvantageEs
 from services.trainer.algorithms.aggregation import LossAgg
 from services.trainer.algorithms.kl import KLEstimator, KLMode
 from services.trainer.algorithms.policy_losses import PolicyLoss
+from services.trainer.algorithms.rollout_correction import RolloutCorrectionConfig
 
 CLIP_RATIO_DEFAULTS: dict[PolicyLoss, tuple[float, float]] = {
     # (low, high). PPO and LUFFY's on-policy part: DAPO's clip-higher 0.2 / 0.28.
@@ -112,6 +113,7 @@ class AlgorithmConfig(_Section):
     kl: KLConfig = Field(default_factory=KLConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong_penalty: OverlongPenaltyConfig = Field(default_factory=OverlongPenaltyConfig)
+    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
     @model_validator(mode="after")
     def _standalone_checks(self) -> AlgorithmConfig:
@@ -133,6 +135,12 @@ class AlgorithmConfig(_Section):
     def needs_reference_model(self) -> bool:
         """False when KL is off: the trainer then loads no reference model at all."""
         return self.kl.mode is not KLMode.OFF
+
+    @property
+    def needs_old_log_probs(self) -> bool:
+        """The old log-probs need their own pass before the update even when it is the only one on
+        these weights: KL's reference pass goes with it, and MIS fixes its normaliser from them."""
+        return self.needs_reference_model or self.rollout_correction.needs_old_log_probs
 
     def advantage_params(self) -> dict[str, Any]:
         """Keyword settings for :func:`compute_advantages` (each estimator takes the ones it names)."""
