@@ -32,6 +32,64 @@ def test_multiple_choice_hedges_score_zero(response):
     assert score(MC, response).accuracy == 0.0
 
 
+# Every way the choice reader accepts a letter or an option, with the right one (B) and a wrong one (A)
+# written in it. Each form reads B on its own; two options in one form are a hedge and read as nothing.
+# The full-width forms (issue 36 §4) are read through NFKC: "Ｂ" (U+FF22) is "B".
+CHOICE_FORMS = {
+    "letter": "{}",
+    "parentheses": "({})",
+    "period": "{}.",
+    "right parenthesis": "{})",
+    "colon": "{}:",
+    "bold": "**{}**",
+    "brackets": "[{}]",
+    "after a phrase": "The answer is {}",
+    "lettered option": "{}. {}",
+    "full-width letter": "{}",
+    "full-width parentheses": "（{}）",
+}
+TEXT = {"A": "red", "B": "blue"}
+FULL_WIDTH = {"A": "\uff21", "B": "\uff22"}  # Ａ, Ｂ
+
+
+def _written(name: str, letter: str) -> str:
+    form = CHOICE_FORMS[name]
+    if name == "lettered option":
+        return form.format(letter, TEXT[letter])
+    return form.format(FULL_WIDTH[letter] if name.startswith("full-width") else letter)
+
+
+@pytest.mark.parametrize("name", CHOICE_FORMS)
+def test_each_choice_form_is_read(name):
+    result = score(MC, f"<answer>{_written(name, 'B')}</answer>")
+    assert (result.accuracy, result.extracted) == (1.0, "B")
+
+
+@pytest.mark.parametrize("name", CHOICE_FORMS)
+@pytest.mark.parametrize("joint", [" or ", ", ", " and "])
+def test_a_hedge_in_each_choice_form_scores_zero(name, joint):
+    right, wrong = _written(name, "B"), _written(name, "A")
+    hedges = [f"{right}{joint}{wrong}", f"{wrong}{joint}{right}"]
+    if name == "after a phrase":  # the phrase once, then both letters (of several phrases the last counts)
+        hedges = [f"The answer is B{joint}A", f"The answer is A{joint}B"]
+    for hedge in hedges:
+        assert score(MC, f"<answer>{hedge}</answer>").accuracy == 0.0, hedge
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "<answer>blue or red</answer>",  # option texts
+        "<answer>b or a</answer>",  # lone lowercase letters are letters only alone
+        "<answer>\uff21\u3001\uff22</answer>",  # Ａ、Ｂ
+        "<answer>\uff22 or A</answer>",  # full-width and ASCII mixed
+        "<answer>\uff41 or \uff42</answer>",  # ａ or ｂ
+    ],
+)
+def test_other_choice_hedges_score_zero(response):
+    assert score(MC, response).accuracy == 0.0
+
+
 def test_malformed_tags_also_lose_the_format_score():
     for response in (
         "<answer>B</answer><answer>B</answer>",
@@ -78,17 +136,81 @@ def test_invalid_intervals_score_zero(response):
     assert score(TEMPORAL, response).accuracy == 0.0
 
 
-def test_only_the_first_of_several_intervals_counts():
-    # as the reference readers do; listing more intervals cannot raise the score: a wrong first
-    # interval followed by the right one scores the wrong one
-    first_wrong = "<answer>from 30 to 40 seconds, or from 10 to 20 seconds</answer>"
-    first_right = "<answer>from 10 to 20 seconds, or from 30 to 40 seconds</answer>"
-    right = score(TEMPORAL, "<answer>from 10 to 20 seconds</answer>").accuracy
-    assert score(TEMPORAL, first_right).accuracy == right
-    assert (
-        score(TEMPORAL, first_wrong).accuracy
-        == score(TEMPORAL, "<answer>from 30 to 40 seconds</answer>").accuracy
-    )
+# Issue 36 §4: an interval written end first is an invalid answer, not the reversed valid one (commit
+# 13ff270 had answers swapped, so [20, 10] earned the full IoU of [10, 20]).
+@pytest.mark.parametrize(
+    "response",
+    [
+        '<answer>{"time": [20, 10]}</answer>',
+        '<answer>{"start": 20, "end": 10}</answer>',
+        "<answer>[20, 10]</answer>",
+        "<answer>from 20 to 10 seconds</answer>",
+        "The event happens in the 20 - 10 seconds.",
+        "Start time: 20 seconds\nEnd time: 10 seconds",
+        "<answer>00:20 to 00:10</answer>",
+    ],
+)
+def test_an_interval_written_end_first_scores_zero(response):
+    assert score(TEMPORAL, response).accuracy == 0.0
+
+
+# Every form the temporal reader accepts, written for [s, e]. Each reads [10, 20] on its own (IoU 1 with
+# the truth [10, 20]); two intervals in that form are a hedge and read as nothing (issue 36 §4: commit
+# 13ff270 had the first of several count, so "[10, 20] or [30, 40]" earned full credit).
+INTERVAL_FORMS = {
+    "json time": '{{"time": [{}, {}]}}',
+    "json timestamps": '{{"timestamps": [{}, {}]}}',
+    "json start/end": '{{"start": {}, "end": {}}}',
+    "json start_time/end_time": '{{"start_time": {}, "end_time": {}}}',
+    "json begin/end": '{{"begin": {}, "end": {}}}',
+    "bare list": "[{}, {}]",
+    "from … to": "from {} to {} seconds",
+    "between … and": "between {} and {} seconds",
+    "dash": "{} - {} seconds",
+    "to": "{} to {} seconds",
+    "starts … ends": "starts at {} seconds and ends at {} seconds",
+    "Start time / End time": "Start time: {} seconds\nEnd time: {} seconds",
+    "Starting / Ending time": "Starting time: {} seconds\nEnding time: {} seconds",
+    "the start time … the end time": "The start time for this event is {} seconds, and the end time is {} seconds.",
+    "start: … end:": "start: {}s, end: {}s",
+    "parentheses": "({}, {})",
+    "bracketed units": "[{}s, {}s]",
+}
+
+
+@pytest.mark.parametrize("form", INTERVAL_FORMS.values(), ids=INTERVAL_FORMS.keys())
+def test_each_interval_form_is_read(form):
+    assert score(TEMPORAL, f"<answer>{form.format(10, 20)}</answer>").accuracy == 1.0
+
+
+@pytest.mark.parametrize("form", INTERVAL_FORMS.values(), ids=INTERVAL_FORMS.keys())
+@pytest.mark.parametrize("joint", [" or ", "\n", ", "])
+def test_a_hedge_in_each_interval_form_scores_zero(form, joint):
+    right, wrong = form.format(10, 20), form.format(30, 40)
+    assert score(TEMPORAL, f"<answer>{right}{joint}{wrong}</answer>").accuracy == 0.0
+    assert score(TEMPORAL, f"<answer>{wrong}{joint}{right}</answer>").accuracy == 0.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "<answer>00:10 to 00:20 or 00:30 to 00:40</answer>",  # mm:ss times
+        '<answer>{"time": [10, 20]} or from 30 to 40 seconds</answer>',  # two forms
+        "<answer>from 30 to 40 seconds, i.e. [10, 20]</answer>",
+        "<answer>starts at 10 seconds and ends at 20 seconds, or between 30 and 40 seconds</answer>",
+        "<answer>from 10 to 20 or 40 seconds</answer>",  # the end hedged
+        "<answer>from 5 or 10 to 20 seconds</answer>",  # the start hedged
+        "<answer>[10, 20] / [30, 40]</answer>",
+        '```json\n{"time": [10, 20]}\n```\n```json\n{"time": [30, 40]}\n```',
+    ],
+)
+def test_other_interval_hedges_score_zero(response):
+    assert score(TEMPORAL, response).accuracy == 0.0
+
+
+def test_the_same_interval_written_twice_is_one_answer():
+    assert score(TEMPORAL, '<answer>{"time": [10, 20]}, i.e. from 10 to 20 seconds</answer>').accuracy == 1.0
+    assert score(TEMPORAL, "<answer>[10, 20], i.e. [10, 20]</answer>").accuracy == 1.0
 
 
 SPATIAL = {"problem_type": "spatial grounding", "answer": {"boxes": [10, 10, 20, 20]}}

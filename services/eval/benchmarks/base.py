@@ -94,8 +94,11 @@ class Benchmark:
     # read by the robust reader under both protocols. ``official_source``: "repo · path · function" of
     # the official reader and aggregation (docs/evaluation.md quotes it). ``official_denominator``:
     # "all" items, "readable" (Video-MME: only answers its reader read), "answered" (LVBench,
-    # MotionBench: only questions with a prediction) or "nonempty" (Video-MMMU, ODV-Bench: their
-    # aggregations drop an empty reply; the rest count, unreadable ones wrong).
+    # MotionBench: only questions with a prediction), "nonempty" (ODV-Bench: its aggregation drops an
+    # empty reply; the rest count, unreadable ones wrong) or "all_but_empty_open" (Video-MMMU: every
+    # item counts, a missing, failed, empty or unreadable answer wrong, except an empty reply to an
+    # item without an official reader, an open question, which the official parser turns into an
+    # "API Error" its aggregation drops).
     official_readers: ClassVar[Mapping[str, str]] = fixed({})
     official_source: ClassVar[str] = ""
     official_denominator: ClassVar[str] = "all"
@@ -317,6 +320,8 @@ class Benchmark:
     def _officially_counted(self, result: ItemResult) -> bool:
         if self.official_denominator == "all":
             return True
+        if self.official_denominator == "all_but_empty_open":
+            return not (result.response == "" and result.problem_type not in self.official_readers)
         if result.missing or result.error:
             return False
         if self.official_denominator == "answered":

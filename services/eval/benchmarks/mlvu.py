@@ -113,9 +113,12 @@ class MLVU(Benchmark):
     )
     templates = fixed(
         {
-            # dev, choice_bench.py: the rstripped options, then "Only give the best option." with no newline
-            "prompt": "Question: {question}\nOptions:\n{options}Only give the best option.",
-            # test, evaluation_test/test_bench.py: a newline before it
+            # dev: evaluation/models/videollava/choice_bench.py main (videochat2/choice_bench.py's
+            # question_prompt alike) writes qa_template's rstripped options, a newline, then the
+            # instruction. (The model-agnostic multiple_choice_evaluation/choice_bench.py has only a
+            # commented-out template, without the newline, and says models join the parts differently.)
+            "prompt": "Question: {question}\nOptions:\n{options}\nOnly give the best option.",
+            # test: evaluation_test/test_bench.py main, the same text
             "test": "Question: {question}\nOptions:\n{options}\nOnly give the best option.",
             "generation": "{question}",
         }
@@ -125,7 +128,8 @@ class MLVU(Benchmark):
     official_readers = fixed({"multiple choice": "mlvu"})
     official_source = (
         "JUNJIE99/MLVU · evaluation/multiple_choice_evaluation/choice_bench.py · check_ans + main "
-        "(accuracy per task; M-Avg the mean of tasks); test split: evaluation_test/test_bench.py · main"
+        "(accuracy per task; M-Avg the mean of tasks); test split: evaluation_test/test_bench.py · main; "
+        "prompt: evaluation/models/videollava/choice_bench.py · main"
     )
     option_style = "({letter}) {text}"
     breakdowns = fixed({"task": "task"})

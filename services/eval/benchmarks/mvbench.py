@@ -87,7 +87,9 @@ class MVBench(Benchmark):
     video = fixed({"fps": None, "nframes": 16})  # VideoChat2 / VLMEvalKit protocol: 16 frames
     Options = WindowOptions
     system = _SYSTEM
-    # infer_mvbench(system_llm=True): the system text (ending in a newline) also opens the user message
+    # video_chat2/mvbench.ipynb calls infer_mvbench(..., system_llm=True) in every revision: the
+    # instruction is the conversation's system text and, ending in a newline, also opens the user message
+    # before the question (VLMEvalKit's port keeps it in the system message only; that is not this code)
     templates = fixed(
         {"prompt": _SYSTEM + "\nQuestion: {question}\nOptions:\n{options}\nOnly give the best option."}
     )

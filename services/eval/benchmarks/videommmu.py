@@ -52,11 +52,18 @@ class VideoMMMU(Benchmark):
     # multiple choice only: open answers keep the robust reader (MMMU's parse_open_response is a
     # number/phrase matcher the robust numeric and text types already cover)
     official_readers = fixed({"multiple choice": "videommmu"})
+    # The reader is the authors' parse_multi_choice_response (their repository's copy of the task). The
+    # denominator is the aggregation of lmms-eval, where the README runs the benchmark: there every
+    # multiple-choice reply, the empty one included, parses to a letter or "No Answer Found." (wrong),
+    # so the "API Error" filter drops only an empty open-ended reply (parse_open_response). A missing
+    # or failed item counts wrong: the official run answers every question.
     official_source = (
-        "EvolvingLMMs-Lab/VideoMMMU · lmms_eval/tasks/videommmu/utils.py · parse_multi_choice_response + "
-        "videoperception_aggregate_results (accuracy per track; an empty reply is an 'API Error' left out)"
+        "EvolvingLMMs-Lab/VideoMMMU · lmms_eval/tasks/videommmu/utils.py · parse_multi_choice_response; "
+        "EvolvingLMMs-Lab/lmms-eval · lmms_eval/tasks/videommmu/utils.py · videommmu_process_results + "
+        "videommmu_aggregate_results (accuracy per track over every item; only an empty open-ended reply, "
+        "an 'API Error', is left out)"
     )
-    official_denominator = "nonempty"
+    official_denominator = "all_but_empty_open"
     templates = fixed(
         {
             "plain": "{question}\n{options}\nPlease ignore the Quiz question in last frame of the video.",

@@ -1,12 +1,16 @@
 """Option letters as people and models write them — "B", "(B)", "B.", "B)", "**B**", "[B]", "Answer: B"
 (the phrase is removed upstream) — and option TEXT when the options are known.
 
+Text is read after NFKC normalisation, so full-width forms are their ASCII letters: "Ｂ" (U+FF22),
+"（Ｂ）" and "ｂ" read as "B", "(B)" and "b".
+
 An answer naming two different letters, or the texts of two options, is a hedge and reads as no answer.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from services.reward.extract.normalise import normalise_text
@@ -28,6 +32,7 @@ def letter_candidates(text: str, letters: str) -> set[str]:
     A bare "A" or "I" followed by a lowercase word is an English word ("A man walks", "I think"), not a
     letter; any other capital is a letter whatever follows ("C is correct").
     """
+    text = unicodedata.normalize("NFKC", text)
     stripped = text.strip(_DECORATION)
     if len(stripped) == 1 and stripped.upper() in letters:
         return {stripped.upper()}
@@ -43,12 +48,16 @@ def letter_candidates(text: str, letters: str) -> set[str]:
     return found
 
 
+def _normalised(text: str) -> str:
+    return normalise_text(unicodedata.normalize("NFKC", text))
+
+
 def option_text_candidates(text: str, options: Sequence[Option]) -> set[str]:
     """Letters of the options whose text ``text`` contains; an option contained in a longer matched
     option ("red" inside "dark red") does not count on its own."""
-    norm = f" {normalise_text(text)} "
-    hits = {o.letter: normalise_text(o.text) for o in options if normalise_text(o.text)}
-    hits = {k: t for k, t in hits.items() if f" {t} " in norm}
+    norm = f" {_normalised(text)} "
+    hits = {o.letter: _normalised(o.text) for o in options}
+    hits = {k: t for k, t in hits.items() if t and f" {t} " in norm}
     return {k for k, t in hits.items() if not any(t != u and f" {t} " in f" {u} " for u in hits.values())}
 
 

@@ -1,9 +1,10 @@
 """JSON answers (bare or in ``` fences), time intervals and boxes.
 
-Validation is part of reading: a NaN/inf coordinate, an empty interval, a negative start or a box with
-x2 ≤ x1 is not an answer at all. An answer's interval written end first is swapped, and of several
-intervals the first is the answer, as the reference temporal-grounding readers do (lmms-eval's and
-TimeChat's ``extract_time``); a ground truth must be one ordered interval.
+Validation is part of reading: a NaN/inf coordinate, an empty or inverted interval (end before start), a
+negative start or a box with x2 ≤ x1 is not an answer at all. Answers and ground truths are read by one
+rule: an interval written end first is invalid (not the reversed valid one), and several different
+intervals, in one form or across forms, are a hedge that reads as nothing. (The benchmarks' own
+temporal-grounding readers, which swap and take the first, live in ``services.reward.official``.)
 """
 
 from __future__ import annotations
@@ -42,10 +43,13 @@ _INTERVAL_PATTERNS = (
     re.compile(rf"(?<![\w.:])(?P<s>{_TIME}){_UNIT}\s*(?:-|–|~|to|until)\s*(?P<e>{_TIME}){_UNIT}", re.I),
     re.compile(rf"[\[(]\s*(?P<s>{_NUM}){_UNIT}\s*,\s*(?P<e>{_NUM}){_UNIT}\s*[\])]", re.I),
 )
+# A time offered two ways ("from 10 to 20 or 30 seconds", "10 or 12 - 20 s", "00:20/00:30"): a hedge.
+_ALTERNATIVE_TIMES = re.compile(rf"(?<![\w.:]){_TIME}{_UNIT}\s*(?:\bor\b|/)\s*{_TIME}", re.I)
 
 
-def _json_in(source: str) -> list[Any]:
-    values: list[Any] = []
+def _json_in(source: str, offset: int = 0) -> list[tuple[Any, int, int]]:
+    """``(value, start, end)`` of each top-level JSON value in ``source``, positions shifted by ``offset``."""
+    found: list[tuple[Any, int, int]] = []
     attempts, at = 0, 0
     while attempts < _MAX_JSON_STARTS and (start := _JSON_START.search(source, at)) is not None:
         attempts += 1
@@ -54,16 +58,19 @@ def _json_in(source: str) -> list[Any]:
         except (ValueError, RecursionError):  # not JSON (or nested beyond reason) from here on
             at = start.start() + 1
             continue
-        values.append(value)
+        found.append((value, offset + start.start(), offset + end))
         at = end
-    return values
+    return found
+
+
+def _fenced_json(text: str) -> list[tuple[Any, int, int]]:
+    return [found for m in FENCE.finditer(text) for found in _json_in(m.group(2), m.start(2))]
 
 
 def json_values(text: str) -> list[Any]:
     """Every top-level JSON object or array in ``text``, in order: those in fenced blocks when they hold
     any, else those in the whole text. At most ``_MAX_JSON_STARTS`` decoding attempts per source."""
-    fenced = [value for m in FENCE.finditer(text) for value in _json_in(m.group(2))]
-    return fenced or _json_in(text)
+    return [value for value, _, _ in _fenced_json(text) or _json_in(text)]
 
 
 _INTERVAL_KEYS = ("time", "timestamps", "timestamp", "interval", "segment")
@@ -102,8 +109,8 @@ def _seconds(token: str) -> float:
 
 
 def as_interval(value: Any, *, swap: bool = False) -> tuple[float, float] | None:
-    """``[s, e]`` with finite 0 ≤ s < e, else None; with ``swap`` an interval written end first
-    (``[e, s]``) is read as ``[s, e]`` (answers), without it it is invalid (ground truths)."""
+    """``[s, e]`` with finite 0 ≤ s < e, else None. ``swap`` reads ``[e, s]`` as ``[s, e]``; the robust
+    reader never asks for it (an interval written end first is invalid), it is kept for callers."""
     if not isinstance(value, list | tuple) or len(value) != 2:
         return None
     start, end = finite_number(value[0]), finite_number(value[1])
@@ -116,41 +123,67 @@ def as_interval(value: Any, *, swap: bool = False) -> tuple[float, float] | None
     return (start, end)
 
 
-def interval_from_json(value: Any, *, swap: bool = False) -> tuple[float, float] | bool | None:
-    """``{"time": [s, e]}``, ``{"start": s, "end": e}`` or ``[s, e]``; False when ``value`` has no time
-    field at all."""
+def _time_field(value: Any) -> Any:
+    """What a JSON value gives as its interval, unvalidated: the ``time``-like field, ``[start, end]``
+    from start/end keys, or a bare 2-list; False when it has no time field at all."""
     if isinstance(value, dict):
         for key in _INTERVAL_KEYS:
             if key in value:
-                return as_interval(value[key], swap=swap)
+                return value[key]
         for start, end in _START_END_KEYS:
             if start in value and end in value:
-                return as_interval([value[start], value[end]], swap=swap)
+                return [value[start], value[end]]
         return False
     if isinstance(value, list) and len(value) == 2:
-        return as_interval(value, swap=swap)
+        return value
     return False
 
 
-def find_interval(text: str, *, answer: bool = False) -> tuple[float, float] | None:
-    """One time interval from JSON or prose.
+def interval_from_json(value: Any, *, swap: bool = False) -> tuple[float, float] | bool | None:
+    """``{"time": [s, e]}``, ``{"start": s, "end": e}`` or ``[s, e]``; False when ``value`` has no time
+    field at all."""
+    raw = _time_field(value)
+    return False if raw is False else as_interval(raw, swap=swap)
 
-    ``answer`` (reading a response): an interval written end first is swapped and of several different
-    intervals the first counts, as the reference readers do; several cannot raise the expected IoU,
-    since only the first is scored. Otherwise (a ground truth) several are ambiguous → None."""
-    parsed = find_json(text)
-    if parsed is not None:
-        interval = interval_from_json(parsed, swap=answer)
-        if interval is not False:
-            return interval  # type: ignore[return-value]
+
+def _as_pair(raw: Any) -> tuple[float | None, float | None]:
+    """A candidate interval as a comparable pair, before validation (what is no finite number: None)."""
+    if isinstance(raw, list | tuple) and len(raw) == 2:
+        return (finite_number(raw[0]), finite_number(raw[1]))
+    return (None, None)
+
+
+def _interval_candidates(text: str) -> set[tuple[float | None, float | None]] | None:
+    """Every different ``(start, end)`` ``text`` offers, valid or not, or None when a time is offered two
+    ways. With intervals in fenced JSON blocks, those alone (the answer is fenced; the text around it is
+    commentary); otherwise the time field of each JSON value and each prose interval in the rest."""
+    fenced = _fenced_json(text)
+    spans = fenced or _json_in(text)
+    found = {_as_pair(raw) for value, _, _ in spans if (raw := _time_field(value)) is not False}
+    if fenced and found:
+        return found
+    prose = list(text)
+    for _, start, end in spans:  # JSON is read as JSON, never again as prose
+        prose[start:end] = " " * (end - start)
+    rest = "".join(prose)
+    if _ALTERNATIVE_TIMES.search(rest):
+        return None
     for pattern in _INTERVAL_PATTERNS:
-        found = [(_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(text)]
-        if not found:
-            continue
-        if answer:
-            return as_interval(found[0], swap=True)
-        return as_interval(found[0]) if len(set(found)) == 1 else None
-    return None
+        found.update((_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(rest))
+    return found
+
+
+def find_interval(text: str, *, answer: bool = False) -> tuple[float, float] | None:
+    """The one time interval ``text`` gives, from JSON or prose, or None.
+
+    Answers and ground truths are read alike (``answer`` is kept for callers and changes nothing): an
+    interval written end first is invalid, not swapped; several different intervals, in one form or
+    across forms ("[10, 20] or [30, 40]", '{"time": [10, 20]} or from 30 to 40 s'), and a time offered
+    two ways ("from 10 to 20 or 30 seconds") are a hedge → None. The same interval written twice, even
+    in two forms, is one answer."""
+    del answer
+    found = _interval_candidates(text)
+    return as_interval(found.pop()) if found is not None and len(found) == 1 else None
 
 
 def as_box(value: Any) -> tuple[float, float, float, float] | None:

@@ -99,7 +99,7 @@ class TemporalGrounding(ProblemType):
         return _interval_truth(sample)
 
     def extract(self, text: str, sample: RewardSample) -> Interval | None:
-        return find_interval(text, answer=True)
+        return find_interval(text)
 
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
         return 0.0 if covers_video(parsed, truth, sample) else interval_iou(parsed, truth)

@@ -90,18 +90,27 @@ def test_mlvu(tmp_path, evaluate):
     assert out.summary.overall == pytest.approx((100 * 2 / 9 + 100 * 1 / 8) / 2)
 
 
-def test_mlvu_prompt_puts_the_instruction_right_after_the_options(tmp_path):
+def test_mlvu_prompt_writes_a_newline_before_the_instruction(tmp_path):
     from services.eval.benchmarks import get_benchmark
 
     write_json(tmp_path / "json" / "1_plotQA.json", [{"video": "p.mp4", "duration": 1, "question": "Q?",
                "candidates": ["x", "y"], "answer": "x", "question_type": "plotQA"}])  # fmt: skip
     bench = get_benchmark("mlvu")
     (sample,) = bench.load(bench.find_annotations(tmp_path))
-    # choice_bench.py: qa_template rstrips the options, then + "Only give the best option."
+    # JUNJIE99/MLVU evaluation/models/videollava/choice_bench.py main (and videochat2/choice_bench.py's
+    # question_prompt, evaluation_test/test_bench.py main): qa_template's rstripped question and options,
+    # then "\n" + "Only give the best option."; the system text and "Best Option: (" around it
     assert (
         bench.prompt(sample, "qwen2_5_vl")
-        == "Question: Q?\nOptions:\n(A) x\n(B) y" + "Only give the best option."
+        == "Question: Q?\nOptions:\n(A) x\n(B) y" + "\n" + "Only give the best option."
     )
+    assert bench.system_prompt(sample) == (
+        "Carefully watch this video and pay attention to every detail. Based on your observations, select "
+        "the best option that accurately addresses the question."
+    )
+    assert bench.assistant_prefix(sample) == "Best Option: ("
+    # the dev and test splits now send the same text
+    assert bench.templates["prompt"] == bench.templates["test"]
 
 
 def _lvbench_line(key: str, qas: list[dict]) -> dict:
@@ -344,17 +353,56 @@ def test_tempcompass_caption_matching(tmp_path, evaluate):
 
 def test_videommmu(tmp_path, evaluate):
     # EvolvingLMMs-Lab/VideoMMMU lmms_eval/tasks/videommmu/utils.py parse_multi_choice_response: 8 right
-    # (VIDEOMMMU in test_readers.py); "" parses to "API Error", which videoperception_aggregate_results
-    # drops: 8 of 16. The other unreadable replies ("No Answere Found") stay in, wrong.
+    # (VIDEOMMMU in test_readers.py). The denominator is every multiple-choice item (EvolvingLMMs-Lab/
+    # lmms-eval lmms_eval/tasks/videommmu/utils.py: videommmu_process_results parses every reply, the
+    # empty one included, to a letter or "No Answer Found.", so videommmu_aggregate_results' "API Error"
+    # filter drops none): 8 of 17, the unreadable replies and "" wrong.
     track = {str(i): {"id": f"dev_Art_{i}", "link_selected": "", "question": "Which colour?", "options": TEXTS,
                       "answer": "B"} for i in range(N)}  # fmt: skip
     write_json(tmp_path / "data" / "perception_video.json", {"Perception": track})
     out = evaluate("videommmu", tmp_path, in_order("videommmu", tmp_path))
-    assert official_right(out) == 8 and out.summary.overall == pytest.approx(100 * 8 / 16)
+    assert official_right(out) == 8 and out.summary.overall == pytest.approx(100 * 8 / 17)
     # unreadable: blue, b, **B**, "", B) blue, (b)
-    assert out.summary.details["official_left_out"] == 1 and out.summary.unreadable == 6
+    assert out.summary.details["official_left_out"] == 0 and out.summary.unreadable == 6
     # the robust reader keeps every item: 14 of 17 (ROBUST in test_readers.py)
     assert out.summary.robust_overall == pytest.approx(100 * 14 / 17)
+
+
+def test_videommmu_divides_by_every_item(tmp_path, evaluate):
+    # Seven items, as lmms-eval's videommmu_process_results + videommmu_aggregate_results count them:
+    #   Perception (multiple choice, truth B):
+    #     p0 "B"                          right
+    #     p1 an unreadable reasoning trace  "No Answer Found." → wrong, counted
+    #     p2 ""                           "No Answer Found." → wrong, counted
+    #     p3 no prediction                 wrong, counted (the official run answers every question)
+    #   Adaptation (open, truth 12.5):
+    #     a0 "12.5"                       right
+    #     a1 ""                           parse_open_response → "API Error": left out
+    #     a2 no prediction                 wrong, counted
+    # official: 2 right of 6 counted = 33.33 (Perception 1/4 = 25, Adaptation 1/2 = 50); left out: a1.
+    # Before: 2 of 4 (p2, p3 and a2 left out, a1 counted) = 50.
+    # robust: every item, 2 right of 7 (the trace's answer is after </think>: nothing) = 28.57.
+    mc = {"question": "Which colour?", "options": TEXTS, "answer": "B"}
+    write_json(tmp_path / "data" / "perception_video.json", {"Perception": {
+        str(i): {"id": f"dev_Art_{i}", **mc} for i in range(4)}})  # fmt: skip
+    write_json(tmp_path / "data" / "adaptation_video.json", {"Adaptation": {
+        str(i): {"id": f"test_Physics_{i}", "question": "<image 1> What is the speed in m/s?", "options": [],
+                 "answer": "12.5", "question_type": "open"} for i in range(3)}})  # fmt: skip
+    responses = {
+        "Perception/dev_Art_0": "B",
+        "Perception/dev_Art_1": "<think>Let me look at the colours on screen.</think>",
+        "Perception/dev_Art_2": "",
+        "Adaptation/test_Physics_0": "12.5",
+        "Adaptation/test_Physics_1": "",
+    }
+    out = evaluate("videommmu", tmp_path, responses)
+    assert out.results["Perception/dev_Art_3"].missing and out.results["Adaptation/test_Physics_2"].missing
+    assert out.summary.overall == pytest.approx(100 * 2 / 6)
+    assert out.cell("track", "Perception") == pytest.approx(100 * 1 / 4)
+    assert out.cell("track", "Adaptation") == pytest.approx(100 * 1 / 2)
+    assert out.summary.details["official_left_out"] == 1
+    assert out.summary.robust_overall == pytest.approx(100 * 2 / 7)
+    assert out.summary.unreadable == 2  # p1 and p2, read by the official reader
 
 
 def test_odvbench(tmp_path, evaluate):
@@ -439,8 +487,9 @@ def test_summary_table_shows_both_readers():
 
 
 def test_mlvu_test_split(tmp_path, evaluate):
-    # JUNJIE99/MLVU evaluation_test/test_bench.py: "\nOnly give the best option." (a newline, unlike the
-    # dev code) and the submitted option is the stripped text before ")": right for B, B) blue, " B" = 3
+    # JUNJIE99/MLVU evaluation_test/test_bench.py: "\nOnly give the best option." (a newline, as the dev
+    # scripts write it) and the submitted option is the stripped text before ")": right for B, B) blue,
+    # " B" = 3
     from services.eval.benchmarks import get_benchmark
 
     items = [{"question_id": f"AR_{i}", "question_type": "anomaly_reco", "video": f"a{i}.mp4", "question": "Q?",

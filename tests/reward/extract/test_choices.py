@@ -32,6 +32,13 @@ OPTIONS = parse_options(["A. red", "B. dark red", "C. blue", "D. a man walking"]
         ("A B C D", None),
         ("red, dark red, blue and a man walking", None),  # every option's text
         ("none of these", None),
+        ("\uff22", "B"),  # full-width Ｂ (NFKC)
+        ("\uff42", "B"),  # full-width ｂ, alone
+        ("\uff08\uff22\uff09", "B"),  # （Ｂ）
+        ("\uff22\uff0e", "B"),  # Ｂ．
+        ("\uff44\uff41\uff52\uff4b \uff52\uff45\uff44", "B"),  # ｄａｒｋ ｒｅｄ: option text
+        ("\uff21 or \uff23", None),  # Ａ or Ｃ
+        ("\uff21, B", None),
     ],
 )
 def test_extract_choice(text, expected):

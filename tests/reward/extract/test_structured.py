@@ -61,7 +61,8 @@ def test_find_interval(text, expected):
 
 
 # Reading an answer (answer=True): the phrasings the reference readers (lmms-eval's and TimeChat's
-# extract_time) accept, an interval written end first swapped, and the first of several intervals.
+# extract_time) accept. An answer is held to a truth's rule (issue 36 §4): an interval written end first
+# is invalid and several different intervals, in one form or in several, are a hedge.
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -70,10 +71,16 @@ def test_find_interval(text, expected):
         ("The start time for this event is 0 seconds, and the end time is 12 seconds.", (0.0, 12.0)),
         ("start: 3.0s, end: 7.5s", (3.0, 7.5)),
         ("starts at 3.5 s and ends at 7 s", (3.5, 7.0)),
-        ("The event happens in the 9.8 - 4.2 seconds.", (4.2, 9.8)),  # end first: swapped
-        ('{"time": [7, 3]}', (3.0, 7.0)),
-        ("from 1 to 2 s and from 5 to 6 s", (1.0, 2.0)),  # two intervals: the first
-        ("[3.5, 7] or [10, 12]", (3.5, 7.0)),
+        ("The event happens in the 9.8 - 4.2 seconds.", None),  # end first: invalid, not swapped
+        ('{"time": [7, 3]}', None),
+        ("from 1 to 2 s and from 5 to 6 s", None),  # two intervals: a hedge
+        ("[3.5, 7] or [10, 12]", None),
+        ('{"time": [3.5, 7]} or from 10 to 12 s', None),  # two forms, two intervals
+        ("from 3 to 7 or 9 seconds", None),  # an end offered two ways
+        ('{"time": [3.5, 7]}, i.e. from 3.5 to 7 s', (3.5, 7.0)),  # one interval, two forms
+        # fenced JSON is the answer and the text around it commentary, as for every JSON answer
+        ('```json\n{"time": [3.5, 7]}\n```\nThe clip runs 0 - 30 s.', (3.5, 7.0)),
+        ('```json\n{"time": [3.5, 7]}\n```\n```json\n{"time": [10, 12]}\n```', None),
         ('{"time": [3, 3]}', None),  # still empty
         ('{"time": [-1, 3]}', None),  # still negative
         ("The restart ends at 5 seconds.", None),  # "restart" is no start keyword

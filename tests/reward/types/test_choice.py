@@ -44,6 +44,12 @@ def mc(answer, options=OPTIONS, **extra):
         (mc("A"), "<answer>A red car</answer>", 1.0, 1.0, "A"),  # "A" + word: the article, option text
         (mc("B"), "<answer>I think B</answer>", 1.0, 1.0, "B"),  # "I" + word: the pronoun
         (mc("B"), "<answer>C is wrong, B is right</answer>", 0.0, 0.5, None),  # two letters: a hedge
+        # full-width letters read as their ASCII letters (NFKC; issue 36 §4): U+FF22 is "B"
+        (mc("B"), "<answer>\uff22</answer>", 1.0, 1.0, "B"),
+        (mc("B"), "<answer>\uff08\uff22\uff09</answer>", 1.0, 1.0, "B"),  # （Ｂ）
+        (mc("B"), "The answer is \uff22.", 1.0, 0.0, "B"),
+        (mc("C"), "<answer>\uff22</answer>", 0.0, 1.0, "B"),
+        (mc("B"), "<answer>\uff21 or \uff22</answer>", 0.0, 0.5, None),  # Ａ or Ｂ: a hedge
     ],
 )
 def test_multiple_choice(sample, response, accuracy, fmt, extracted):
