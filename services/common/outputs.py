@@ -86,3 +86,23 @@ def forget_output_file(path: Path) -> None:
         row = session.get(OutputFile, _key(path))
         if row is not None:
             session.delete(row)
+
+
+def check_run_folder(folder: Path, marker: str, what: str) -> None:
+    """Raises :class:`OutputTaken` unless ``folder`` may become (or stay) a ``what`` run's output folder:
+    absent, empty, or holding ``marker``, the file every such run leaves in its folder. A run writes
+    fixed names there (``config.yaml``, ``metrics.jsonl``, ``manifest.json``, ...), so any other
+    folder's files of those names would be replaced or truncated."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise OutputTaken(folder, "exists and is not a folder", "Name a new or empty folder.")
+    if not folder.exists() or (folder / marker).is_file():
+        return
+    try:
+        holds = next(iter(folder.iterdir()), None)
+    except OSError as exc:
+        raise OutputTaken(folder, f"cannot be read ({exc.strerror})", "Name a new or empty folder.") from None
+    if holds is not None:
+        raise OutputTaken(
+            folder, f"holds files and is not a {what} run's folder (no {marker})",
+            "Name a new or empty folder (or an earlier run's, to continue it).",
+        )  # fmt: skip

@@ -216,6 +216,11 @@ def load_config(values: dict[str, Any], path: Path | None = None) -> EvalConfig:
         raise ConfigError(str(exc)) from None
 
 
+# Every evaluation leaves this file in its output folder: a folder holding files but not this one is no
+# run's, and a run refuses to write its fixed names there (``<benchmark>.samples.jsonl``, summaries).
+RUN_MARKER = "manifest.json"
+
+
 class EvalJobConfig(EvalConfig):
     """An eval config submitted as a job over the API. A job names files on the server, so every path it
     reads or writes (checkpoint, judge checkpoint, benchmark folders, output folder) must lie inside
@@ -227,6 +232,18 @@ class EvalJobConfig(EvalConfig):
     @classmethod
     def _path_inside_roots(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else _inside_roots(value, info.field_name or "path")
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_dir_is_a_run_folder(cls, value: Path | None) -> Path | None:
+        from services.common.outputs import OutputTaken, check_run_folder
+
+        if value is not None:
+            try:
+                check_run_folder(value, RUN_MARKER, "evaluation")
+            except OutputTaken as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("judge")
     @classmethod

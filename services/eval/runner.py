@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.frames import FrameStore
+from services.common.outputs import check_run_folder
 from services.common.samples import Sample
 from services.common.settings import get_settings
 from services.common.trackers import TrackerNotInstalled, log_eval_summaries, require
@@ -24,7 +25,7 @@ from services.eval.clips import (
     clip_params,
     preprocess_missing,
 )
-from services.eval.config import EvalConfig, model_fingerprint
+from services.eval.config import RUN_MARKER, EvalConfig, model_fingerprint
 from services.eval.manifest import run_manifest
 from services.eval.outputs import write_json_atomic, write_jsonl_atomic, write_summaries
 from services.eval.pipeline import Pipeline, Task
@@ -133,6 +134,7 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
     started = time.perf_counter()
     run_id = config.resolved_run_id()
     output_dir = Path(config.output_dir or get_settings().home / "eval" / run_id)
+    check_run_folder(output_dir, RUN_MARKER, "evaluation")  # before anything is written there
     report = RunReport(run_id, output_dir)
     family = checkpoint_family(config.model)
     store = FrameStore.from_settings()
@@ -145,6 +147,9 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
     manifest = run_manifest(
         str(config.model.resolve()), model_fingerprint(config.model), family, config.rollout, config.thinking
     )
+    # the folder is this run's from now on (a retry or a rerun continues in it); completed at the end
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(output_dir / RUN_MARKER, {"run_id": run_id, **manifest})
     report.resumed = open_run(
         run_id, model=str(config.model.resolve()), family=family, benchmarks=config.benchmarks,
         identity=config.identity(), config=config.model_dump(mode="json"), manifest=manifest,
@@ -209,7 +214,7 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
             hooks.on_summary(summary, {**manifest, "clip": plan.params.canonical()})
     write_summaries(output_dir, list(report.summaries.values()))
     write_json_atomic(
-        output_dir / "manifest.json",
+        output_dir / RUN_MARKER,
         {
             "run_id": run_id,
             **manifest,

@@ -75,11 +75,6 @@ def preprocess_command(
         _invalid(exc, "settings")
         return ExitCode.usage
     out = out or dataset.with_name(f"{dataset.stem}.clips.jsonl")
-    if out.resolve() == dataset.resolve():
-        console.print(
-            "[red]invalid --out[/red]: it must differ from DATASET (the input would be overwritten)"
-        )
-        return ExitCode.usage
     try:
         with Progress(
             TextColumn("[bold]preprocess"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from services.common.db import ClipStatus, session_scope
 from services.common.frames import FrameStore, VideoParams, clip_key
 from services.common.frames.hashing import content_hash, source_size
 from services.common.frames.index import Requested, register_asset, request_clip, statuses
-from services.common.outputs import check_output_file, forget_output_file, record_output_file
+from services.common.outputs import OutputTaken, check_output_file, forget_output_file, record_output_file
 from services.common.settings import Settings, get_settings
 from services.preprocess.dataset import (
     InputError,
@@ -118,6 +119,7 @@ def run_preprocess(
     """
     settings = settings or get_settings()
     started = time.monotonic()
+    check_not_in_place(dataset, out)
     outputs = (out.resolve(), failed_path(out.resolve()))
     _check_outputs(outputs, overwrite)
     report = PreprocessReport()
@@ -183,6 +185,20 @@ OUTPUT_KIND = "preprocess"
 OVERWRITE_HINT = (
     "Name a new output path or move that file away (`reelrl preprocess --overwrite` replaces it)."
 )
+
+
+def check_not_in_place(dataset: Path, out: Path) -> None:
+    """Raises :class:`OutputTaken` if writing OUT or its failures file would replace DATASET (the same
+    path, a link to it, or another name of its bytes), whatever ``--overwrite`` says: re-running a
+    run's failures file into the same OUT is the natural mistake."""
+    source = dataset.resolve()
+    for output in (out.resolve(), failed_path(out.resolve())):
+        same = output == source or (output.exists() and source.exists() and os.path.samefile(output, source))
+        if same:
+            raise OutputTaken(
+                output, f"is the dataset being read ({dataset})",
+                "Name another --out: the run writes OUT and OUT.failed.jsonl beside it.",
+            )  # fmt: skip
 
 
 def _check_outputs(paths: tuple[Path, ...], overwrite: bool) -> None:

@@ -16,7 +16,7 @@ from services.common.data_roots import inside_roots, job_roots
 from services.common.frames import VideoParams
 from services.common.job_bounds import check_samples
 from services.common.jobs import JobSettings
-from services.common.outputs import check_output_file
+from services.common.outputs import OutputTaken, check_output_file
 from services.preprocess.dataset import InputError, failed_path, resolve_video
 
 _NEW_OUT = "A job writes only new files or its kind's earlier outputs: choose a new out."
@@ -51,7 +51,8 @@ class PreprocessJobConfig(BaseModel):
         path = inside_roots(value, job_roots())
         if path.is_dir():
             raise ValueError(f"{value}: is a directory; name the output JSONL file")
-        if path == info.data.get("dataset"):
+        dataset = info.data.get("dataset")
+        if dataset is not None and dataset in (path, failed_path(path)):
             return path  # refused below, saying why
         for output in (path, failed_path(path)):
             check_output_file(output, "preprocess", hint=_NEW_OUT)
@@ -59,6 +60,10 @@ class PreprocessJobConfig(BaseModel):
 
     @model_validator(mode="after")
     def _not_in_place(self) -> PreprocessJobConfig:
-        if self.out == self.dataset:
-            raise ValueError("out must differ from dataset (the input would be overwritten)")
+        from services.preprocess.dispatch import check_not_in_place
+
+        try:
+            check_not_in_place(self.dataset, self.out)
+        except OutputTaken as exc:
+            raise ValueError(f"out: {exc}") from None
         return self

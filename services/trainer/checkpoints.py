@@ -105,12 +105,22 @@ class OutputDirBusy(RuntimeError):
     """Another run holds the output folder."""
 
 
+# Every run leaves this file in its output folder (its lock): a folder holding files but not this one
+# is no run's, and a run refuses to write its fixed names (config.yaml, metrics.jsonl) there.
+RUN_MARKER = ".lock"
+
+
 def lock_output_dir(output_dir: Path) -> Any:
     """An exclusive lock on ``output_dir`` for the life of the returned file: two runs writing one folder
-    would prune each other's checkpoints and truncate each other's metrics."""
+    would prune each other's checkpoints and truncate each other's metrics. Raises
+    :class:`~services.common.outputs.OutputTaken` for a folder that holds files and is no run's."""
     import fcntl
 
-    handle = open(Path(output_dir) / ".lock", "a")  # noqa: SIM115 - held open for the whole run
+    from services.common.outputs import check_run_folder
+
+    check_run_folder(Path(output_dir), RUN_MARKER, "training")
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    handle = open(Path(output_dir) / RUN_MARKER, "a")  # noqa: SIM115 - held open for the whole run
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

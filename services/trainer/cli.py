@@ -40,6 +40,7 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
     # which would otherwise outlive the trainer holding their memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from services.common.outputs import OutputTaken
     from services.common.samples import SampleError
     from services.rollout.checkpoint import ModelFolderError
     from services.trainer.checkpoints import OutputDirBusy, ResumeMismatch
@@ -60,7 +61,9 @@ def train_command(config: Path, overrides: list[str], print_config: bool) -> int
         try:
             result = run(cfg, hooks=Hooks(on_step=[on_step]))
         # the user's inputs (data, model folder, checkpoint, output folder): a message, not a traceback
-        except (DataError, SampleError, ModelFolderError, ConfigError, ResumeMismatch, OutputDirBusy) as exc:
+        except (
+            DataError, SampleError, ModelFolderError, ConfigError, ResumeMismatch, OutputDirBusy, OutputTaken,
+        ) as exc:  # fmt: skip
             console.print(f"[red]error:[/red] {plain(exc)}", soft_wrap=True)
             return 2
     console.print(

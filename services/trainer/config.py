@@ -514,6 +514,13 @@ class TrainJobConfig(TrainConfig):
                 "a checkpoint folder inside the data roots (download hub models into one first)"
             )
         self.trainer.output_dir = inside(self.trainer.output_dir, "trainer.output_dir")
+        from services.common.outputs import OutputTaken, check_run_folder
+        from services.trainer.checkpoints import RUN_MARKER
+
+        try:
+            check_run_folder(Path(self.trainer.output_dir), RUN_MARKER, "training")
+        except OutputTaken as exc:
+            raise ValueError(f"trainer.output_dir={exc}") from None
         if self.trainer.resume not in ("auto", "none"):
             self.trainer.resume = inside(self.trainer.resume, "trainer.resume")
         from services.common.job_bounds import check_train_job_bounds

@@ -220,8 +220,7 @@ class Trainer:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed)
         require_trackers(cfg.trainer.loggers)  # before minutes of setup, not after
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = ckpt.lock_output_dir(self.output_dir)
+        self._lock = ckpt.lock_output_dir(self.output_dir)  # refuses a folder no run made
         self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
         if self.resume_from is not None:  # before config.yaml records a model the run would not train
             ckpt.check_resume_model(self.resume_from, cfg.actor.model_path)

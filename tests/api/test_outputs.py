@@ -40,3 +40,46 @@ def test_out_may_replace_an_earlier_preprocess_output(client, data_root):
     record_output_file(earlier.resolve(), "preprocess")
     response = _submit(client, "out/train.clips.jsonl")
     assert response.status_code == 202, response.text
+
+
+def test_a_train_or_eval_output_dir_holding_files_of_no_run_is_422_and_untouched(client, data_root):
+    from tests.api.test_edges import _tiny_model_dir, train_body
+
+    victim = data_root / "victim"
+    victim.mkdir()
+    (victim / "config.yaml").write_text("mine: true\n")
+    (victim / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = {p.name: p.read_bytes() for p in victim.iterdir()}
+    train = client.post("/v1/jobs", json=train_body(data_root, output_dir="victim"))
+    assert train.status_code == 422, train.text
+    message = _errors(train)["body.config"]
+    assert f"trainer.output_dir={victim.resolve()}: holds files and is not a training run's folder" in message
+    model = _tiny_model_dir(data_root)
+    evaluation = client.post(
+        "/v1/jobs", json={"kind": "eval", "config": {"model": str(model), "output_dir": "victim"}}
+    )
+    assert evaluation.status_code == 422, evaluation.text
+    assert (
+        "is not a evaluation run's folder (no manifest.json)" in _errors(evaluation)["body.config.output_dir"]
+    )
+    assert {p.name: p.read_bytes() for p in victim.iterdir()} == before
+    # a new folder, an empty one, or an earlier run's (its .lock) are fine
+    (data_root / "empty").mkdir()
+    for folder in ("fresh/run", "empty"):
+        assert client.post("/v1/jobs", json=train_body(data_root, output_dir=folder)).status_code == 202
+    (victim / ".lock").touch()
+    assert client.post("/v1/jobs", json=train_body(data_root, output_dir="victim")).status_code == 202
+
+
+def test_a_job_rerunning_its_failures_into_the_same_out_is_422(client, data_root):
+    failures = data_root / "t1" / "o.failed.jsonl"
+    failures.parent.mkdir()
+    failures.write_text((data_root / "train.jsonl").read_text())
+    record_output_file(failures.resolve(), "preprocess")  # an earlier run wrote it: replaceable as output
+    response = client.post(
+        "/v1/jobs",
+        json={"kind": "preprocess", "config": {"dataset": "t1/o.failed.jsonl", "out": "t1/o.jsonl"}},
+    )
+    assert response.status_code == 422, response.text
+    assert "is the dataset being read" in response.text
+    assert list_jobs()[1] == 0

@@ -1,6 +1,8 @@
 """Outputs never overwrite inputs: only a new path, or a file the same kind of run wrote and nobody
 changed since, may be written (services/common/outputs.py)."""
 
+import re
+
 import pytest
 
 from services.common.outputs import (
@@ -51,3 +53,22 @@ def test_folders_and_links_are_never_outputs(reelrl_home, tmp_path):
     for path in ("folder", "link.jsonl", "dangling.jsonl"):
         with pytest.raises(OutputTaken, match="not a regular file"):
             check_output_file(tmp_path / path, "preprocess")
+
+
+def test_a_run_folder_is_new_empty_or_marked(tmp_path):
+    from services.common.outputs import check_run_folder
+
+    check_run_folder(tmp_path / "absent", ".lock", "training")
+    check_run_folder(tmp_path, ".lock", "training")  # empty
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(
+        OutputTaken, match=re.escape("holds files and is not a training run's folder (no .lock)")
+    ):
+        check_run_folder(tmp_path, ".lock", "training")
+    (tmp_path / ".lock").touch()
+    check_run_folder(tmp_path, ".lock", "training")
+    with pytest.raises(OutputTaken, match="exists and is not a folder"):
+        check_run_folder(tmp_path / "notes.txt", ".lock", "training")
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(OutputTaken, match="exists and is not a folder"):
+        check_run_folder(tmp_path / "link", ".lock", "training")

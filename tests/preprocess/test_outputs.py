@@ -80,8 +80,25 @@ def test_out_equal_to_the_dataset_is_refused_even_with_overwrite(preprocess, tmp
     dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
     before = dataset.read_text()
     done = preprocess(str(dataset), "--out", str(dataset), "--overwrite")
-    assert done.returncode == 2 and "must differ from DATASET" in done.stderr
+    assert done.returncode == 2 and "is the dataset being read" in done.stderr
     assert dataset.read_text() == before
+
+
+def test_rerunning_a_failures_file_into_its_own_out_is_refused(preprocess, tmp_path, write_dataset):
+    """OUT.failed.jsonl as the DATASET of a run into OUT: the run would delete (or rewrite) its input.
+    It was accepted and deleted it."""
+    failures = write_dataset(tmp_path / "o.failed.jsonl", TEXT_ROWS)
+    before = failures.read_text()
+    for extra in ((), ("--overwrite",)):
+        done = preprocess(str(failures), "--out", str(tmp_path / "o.jsonl"), *extra)
+        assert done.returncode == 2, done.stderr
+        assert f"{failures}: is the dataset being read" in " ".join(done.stderr.split())
+        assert failures.read_text() == before
+    link = tmp_path / "elsewhere.failed.jsonl"
+    link.hardlink_to(failures)  # another name of the same bytes
+    done = preprocess(str(failures), "--out", str(tmp_path / "elsewhere.jsonl"), "--overwrite")
+    assert done.returncode == 2 and "is the dataset being read" in done.stderr
+    assert failures.read_text() == before
 
 
 def test_one_row_nested_too_deep_fails_alone(preprocess, tmp_path, write_dataset):

@@ -48,3 +48,16 @@ def test_a_data_file_with_invalid_json(reelrl_home, tmp_path, model):
     code, shown = train(tmp_path, f"actor.model_path={model}", f"data.train_files=[{data}]")
     assert code == 2, shown
     assert f"error: {data}:2: invalid JSON" in shown
+
+
+def test_an_output_folder_holding_files_of_no_run_is_refused_untouched(reelrl_home, tmp_path, model):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("mine: true\n")
+    (folder / "metrics.jsonl").write_text('{"step": 1}\n')
+    code, shown = train(tmp_path, f"actor.model_path={model}")
+    assert code == 2, shown
+    assert f"error: {folder}: holds files and is not a training run's folder (no .lock)" in shown
+    assert (folder / "config.yaml").read_text() == "mine: true\n"
+    assert (folder / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert sorted(p.name for p in folder.iterdir()) == ["config.yaml", "metrics.jsonl"]
