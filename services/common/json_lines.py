@@ -39,8 +39,26 @@ def loads_record(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
     if depth > max_depth:
         raise RecordError(f"nested {depth} levels deep (at most {max_depth})")
     try:
-        return json.loads(text)
+        record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"invalid JSON ({exc.msg})") from None
     except (ValueError, RecursionError) as exc:
         raise RecordError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if _LONE_SURROGATE.search(text):
+        _check_text(record)
+    return record
+
+
+# a \uD800-\uDFFF escape in the raw line: only then can a decoded string hold a lone surrogate
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_text(record: Any) -> None:
+    """A string of the record (key or value) holding a lone surrogate (``"\\ud800"``, valid JSON but
+    no text) would fail when written or tokenised, far from here: refused as this record's error."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RecordError(
+            f"a string holds a lone surrogate (U+{ord(exc.object[exc.start]):04X}): not text"
+        ) from None

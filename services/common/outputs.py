@@ -11,6 +11,7 @@ is replaceable only while its bytes still hash to the recorded digest. Everythin
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
@@ -22,9 +23,9 @@ from services.common.db.models import OutputFile, utcnow
 class OutputTaken(ValueError):
     """An output path names an existing file this kind of run did not write (or that changed since)."""
 
-    def __init__(self, path: Path, why: str, hint: str) -> None:
+    def __init__(self, path: Path, why: str, hint: str, *, overwritten: bool = True) -> None:
         self.path = path
-        super().__init__(f"{path}: {why}; it would be overwritten. {hint}")
+        super().__init__(f"{path}: {why}{'; it would be overwritten' if overwritten else ''}. {hint}")
 
 
 def _key(path: Path) -> str:
@@ -39,6 +40,7 @@ def file_sha256(path: Path) -> str:
 def check_output_file(path: Path, kind: str, *, hint: str = "Choose a new output path.") -> None:
     """Raises :class:`OutputTaken` unless ``path`` is free for a ``kind`` run's output: absent, or a
     regular file holding exactly what a ``kind`` run last wrote there. ``path`` must be resolved."""
+    check_usable(path, hint)
     if not path.exists() and not path.is_symlink():
         return
     if path.is_symlink() or not path.is_file():
@@ -52,6 +54,38 @@ def check_output_file(path: Path, kind: str, *, hint: str = "Choose a new output
         raise OutputTaken(path, f"was written by a {recorded[0]} run, not a {kind} run", hint)
     if file_sha256(path) != recorded[1]:
         raise OutputTaken(path, f"changed since a {kind} run wrote it", hint)
+
+
+def check_usable(path: Path, hint: str) -> None:
+    """Raises :class:`OutputTaken` for a path that cannot name a file: too long, or under an existing
+    file (``data.jsonl/x``), which would fail only when the run writes, after all its work."""
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError:
+        pass  # a parent is a file: named below
+    except OSError as exc:  # ENAMETOOLONG, EACCES
+        raise OutputTaken(path, f"cannot be written ({exc.strerror})", hint, overwritten=False) from None
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputTaken(
+                    path, f"cannot be written ({parent} is not a folder)", hint, overwritten=False
+                )
+            longest = os.pathconf(parent, "PC_NAME_MAX")
+            # the folders still to be made, and the file: each name within the file system's limit
+            if any(
+                len(part.encode("utf-8", "surrogatepass")) > longest
+                for part in path.relative_to(parent).parts
+            ):
+                raise OutputTaken(
+                    path,
+                    f"cannot be written (File name too long: over {longest} bytes)",
+                    hint,
+                    overwritten=False,
+                )
+            break
 
 
 def record_output_file(path: Path, kind: str, job_id: str | None = None) -> None:
@@ -93,6 +127,7 @@ def check_run_folder(folder: Path, marker: str, what: str) -> None:
     absent, empty, or holding ``marker``, the file every such run leaves in its folder. A run writes
     fixed names there (``config.yaml``, ``metrics.jsonl``, ``manifest.json``, ...), so any other
     folder's files of those names would be replaced or truncated."""
+    check_usable(folder, "Name a new or empty folder.")
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise OutputTaken(folder, "exists and is not a folder", "Name a new or empty folder.")
     if not folder.exists() or (folder / marker).is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kombu.exceptions import KombuError
 from pydantic import ValidationError
 
 from services.common.celery_app import make_celery, queue_for
@@ -16,7 +18,13 @@ from services.common.db import ClipStatus, session_scope
 from services.common.frames import FrameStore, VideoParams, clip_key
 from services.common.frames.hashing import content_hash, source_size
 from services.common.frames.index import Requested, register_asset, request_clip, statuses
-from services.common.outputs import OutputTaken, check_output_file, forget_output_file, record_output_file
+from services.common.outputs import (
+    OutputTaken,
+    check_output_file,
+    check_usable,
+    forget_output_file,
+    record_output_file,
+)
 from services.common.settings import Settings, get_settings
 from services.preprocess.dataset import (
     InputError,
@@ -28,6 +36,8 @@ from services.preprocess.dataset import (
 )
 from services.preprocess.local_workers import LocalWorkers, worker_log
 from services.preprocess.tasks import CLIP_TASK
+
+log = logging.getLogger(__name__)
 
 TASK_MODULE = "services.preprocess.tasks"
 
@@ -193,7 +203,10 @@ def check_not_in_place(dataset: Path, out: Path) -> None:
     run's failures file into the same OUT is the natural mistake."""
     source = dataset.resolve()
     for output in (out.resolve(), failed_path(out.resolve())):
-        same = output == source or (output.exists() and source.exists() and os.path.samefile(output, source))
+        try:
+            same = output == source or (output.exists() and os.path.samefile(output, source))
+        except OSError:
+            same = False  # an output that cannot even be looked at is refused by its own check
         if same:
             raise OutputTaken(
                 output, f"is the dataset being read ({dataset})",
@@ -202,9 +215,13 @@ def check_not_in_place(dataset: Path, out: Path) -> None:
 
 
 def _check_outputs(paths: tuple[Path, ...], overwrite: bool) -> None:
-    if not overwrite:
-        for path in paths:
+    for path in paths:
+        if not overwrite:
             check_output_file(path, OUTPUT_KIND, hint=OVERWRITE_HINT)
+            continue
+        check_usable(path, "Name another output path.")
+        if path.is_dir() and not path.is_symlink():  # --overwrite replaces a file, never a folder
+            raise OutputTaken(path, "is a folder", "Name the output JSONL file.")
 
 
 def _with_path(path: Path, error: str | None) -> str:
@@ -242,6 +259,7 @@ def _wait_all(celery, keys, workers, settings, timeout_s, progress):
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     sent: dict[str, float] = {}
+    broker_away = False
     last_change, last_snapshot = time.monotonic(), None
     with session_scope() as session:
         state = statuses(session, keys)
@@ -269,9 +287,18 @@ def _wait_all(celery, keys, workers, settings, timeout_s, progress):
                 )
                 lost = status == ClipStatus.queued and (key not in sent or idle)
                 if orphaned or lost:
-                    celery.send_task(CLIP_TASK, args=[key], queue=queue_for(CLIP_TASK))
+                    try:
+                        celery.send_task(CLIP_TASK, args=[key], queue=queue_for(CLIP_TASK))
+                    except (KombuError, OSError) as exc:
+                        # the broker is away (restarting): the clip stays unsent and is tried again on
+                        # the next pass; only the run's timeout ends the wait
+                        if not broker_away:
+                            log.warning("the broker refused a clip (sent again once it is back): %s", exc)
+                        broker_away = True
+                        break
+                    broker_away = False
                     sent[key] = now
-            if idle:
+            if idle and not broker_away:  # a refused re-send is tried again on the next pass
                 last_change = now
             done = sum(1 for k in keys if state[k][0] in TERMINAL)
             if progress:

@@ -49,7 +49,11 @@ class PreprocessJobConfig(BaseModel):
     @classmethod
     def _out_inside_roots(cls, value: Path, info: ValidationInfo) -> Path:
         path = inside_roots(value, job_roots())
-        if path.is_dir():
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:  # a name too long for the file system
+            raise ValueError(f"{value}: cannot be written ({exc.strerror})") from None
+        if is_dir:
             raise ValueError(f"{value}: is a directory; name the output JSONL file")
         dataset = info.data.get("dataset")
         if dataset is not None and dataset in (path, failed_path(path)):

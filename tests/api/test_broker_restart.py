@@ -5,6 +5,8 @@ each worker answers pings under its own node name."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from typer.testing import CliRunner
 
@@ -129,3 +131,23 @@ def test_each_worker_has_its_own_node_name_and_ping_asks_every_one(tmp_path, vid
         assert dead.exit_code == 1 and "no `reelrl worker` runs on this host" in dead.output, dead.output
         bad = ping("--role", "nope")
         assert bad.exit_code == 2 and "--role must be one of" in bad.output
+
+
+def test_a_long_broker_outage_fails_no_job(tmp_path, video_dir, broker):
+    """Redis away for longer than the clip pool's idle window: the job's re-sends are refused, and it
+    waits for the broker instead of failing (it failed with OperationalError: Error 111)."""
+    env = {"REELRL_BROKER_URL": broker.url, "REELRL_CLIP_LEASE_S": "1"}  # idle after 4 s
+    with running_stack(tmp_path, video_dir, env) as stack:
+        stack.start("jobs-worker", "worker", "preprocess-jobs", "-c", "1")
+        stack.start_api()
+        with stack.http() as http:
+            job_id = _submit(http, "out/outage.jsonl")
+            wait_for(lambda: _job(http, job_id)["state"] == "running", 120, 0.2)
+            broker.stop()
+            time.sleep(12)  # three idle windows: each pass tries to re-send the lost clips
+            assert _job(http, job_id)["state"] == "running", stack.logs()
+            broker.start()
+            stack.start("clip-worker", "worker", "preprocess", "-c", "2")
+            done = _finished(http, job_id)
+            assert done["state"] == "succeeded" and done["attempts"] == 1, (done, stack.logs())
+        assert "the broker refused a clip" in stack.services["jobs-worker"].tail(10**7)

@@ -83,3 +83,16 @@ def test_a_job_rerunning_its_failures_into_the_same_out_is_422(client, data_root
     assert response.status_code == 422, response.text
     assert "is the dataset being read" in response.text
     assert list_jobs()[1] == 0
+
+
+def test_an_out_that_cannot_name_a_file_is_422_not_500(client, data_root):
+    """A name longer than the file system takes gave 500 (ENAMETOOLONG); a path under a regular file
+    was accepted and the job failed at its end (FileExistsError)."""
+    for out, why in (
+        (f"t1/{'a' * 300}.jsonl", "File name too long"),
+        ("train.jsonl/x.jsonl", "is not a folder"),
+    ):
+        response = _submit(client, out)
+        assert response.status_code == 422, (out, response.text)
+        assert why in _errors(response)["body.config.out"], response.text
+    assert list_jobs()[1] == 0

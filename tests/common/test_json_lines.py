@@ -21,3 +21,12 @@ def test_a_record_too_deep_is_refused_before_parsing() -> None:
         loads_record('{"a": ')
     with pytest.raises(RecordError, match="unreadable JSON"):
         loads_record('{"n": 1' + "0" * 5000 + "}")
+
+
+def test_a_lone_surrogate_is_this_records_error_and_pairs_are_text():
+    """Valid JSON, no text: it failed far away, when the run wrote its output (UnicodeEncodeError)."""
+    for text in ('{"problem": "\\ud800"}', '{"\\udc80": 1}', '["a", {"b": ["\\uDBFF x"]}]'):
+        with pytest.raises(RecordError, match=r"lone surrogate \(U\+D[89A-F][0-9A-F]{2}\): not text"):
+            loads_record(text)
+    assert loads_record('{"a": "\\ud83d\\ude00"}') == {"a": "\U0001f600"}  # a pair is one character
+    assert loads_record('{"a": "\\\\ud800"}') == {"a": "\\ud800"}  # an escaped backslash: plain text

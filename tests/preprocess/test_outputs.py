@@ -113,3 +113,37 @@ def test_one_row_nested_too_deep_fails_alone(preprocess, tmp_path, write_dataset
     ]
     (failed,) = [json.loads(line) for line in (tmp_path / "out.failed.jsonl").read_text().splitlines()]
     assert failed["error"] == "line 2: nested 5000 levels deep (at most 64)"
+
+
+def test_one_row_with_a_lone_surrogate_fails_alone(preprocess, tmp_path, write_dataset):
+    """It decoded everything, then failed writing the output (UnicodeEncodeError traceback, exit 1,
+    nothing written)."""
+    row = '{"id": "bad", "problem": "what \\ud800 happens?"}'
+    dataset = write_dataset(tmp_path / "train.jsonl", [TEXT_ROWS[0], row, TEXT_ROWS[1]])
+    done = preprocess(str(dataset), "--out", str(tmp_path / "out.jsonl"))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "line 2: a string holds a lone surrogate" in done.stderr
+    assert [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
+        "t0",
+        "t1",
+    ]
+    (failed,) = [json.loads(line) for line in (tmp_path / "out.failed.jsonl").read_text().splitlines()]
+    assert failed["error"] == "line 2: a string holds a lone surrogate (U+D800): not text"
+
+
+def test_outs_that_cannot_be_written_are_refused_before_any_work(preprocess, tmp_path, write_dataset):
+    """A folder as --out with --overwrite failed after decoding (IsADirectoryError traceback); a name
+    too long failed with a traceback and exit 1."""
+    dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    for out, extra, why in (
+        (folder, ("--overwrite",), "is a folder"),
+        (tmp_path / f"{'a' * 300}.jsonl", (), "File name too long"),
+        (tmp_path / f"{'a' * 300}.jsonl", ("--overwrite",), "File name too long"),
+        (dataset / "x.jsonl", (), "is not a folder"),
+    ):
+        done = preprocess(str(dataset), "--out", str(out), *extra)
+        assert done.returncode == 2, (out, done.stderr)
+        assert "Traceback" not in done.stderr and why in " ".join(done.stderr.split()), done.stderr
+    assert list(folder.iterdir()) == []
