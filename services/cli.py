@@ -199,7 +199,13 @@ def worker_ping(
         what = f"no `reelrl worker {role}`" if role else "no `reelrl worker`"
         typer.echo(f"{what} runs on this host", err=True)
         raise typer.Exit(1)
-    replies = get_celery().control.ping(destination=nodes, timeout=timeout)
+    try:
+        replies = get_celery().control.ping(destination=nodes, timeout=timeout)
+    except Exception as exc:  # the transport's own errors (redis, kombu, OS): every one means "unhealthy"
+        typer.echo(
+            f"the broker is unreachable ({type(exc).__name__}: {exc}); {', '.join(nodes)} not asked", err=True
+        )
+        raise typer.Exit(1) from None
     answered = {name for reply in replies for name in reply}
     silent = [n for n in nodes if n not in answered]
     if silent:

@@ -321,3 +321,28 @@ def test_following_with_a_submit_only_token_says_what_it_needs(stack, monkeypatc
         shown.split()
     )
     assert "reelrl status" in shown
+
+
+_UNSENDABLE = [
+    (["video_params=["], "overrides ['video_params=[']: while parsing a flow node"),
+    (["=1"], "override '=1' names no key"),
+    (["a..b=1"], "override 'a..b=1' names no key"),
+    (["fps=\udcff"], "is not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "reason"),
+    [("submit", *case) for case in _UNSENDABLE]
+    + [("train", *case) for case in _UNSENDABLE]
+    + [("submit", ["--key", "k\udcff"], "--key 'k\\udcff' is not UTF-8 text")],
+)
+def test_overrides_and_keys_that_cannot_be_sent_are_exit_2(reelrl_home, tmp_path, command, args, reason):
+    """Each gave a traceback and exit 1, or a round trip to the API for a 422."""
+    config = tmp_path / "c.yaml"
+    config.write_text("trainer: {total_steps: 1}\n" if command == "train" else "dataset: d.jsonl\n")
+    argv = (
+        ["submit", "preprocess", str(config), *args] if command == "submit" else ["train", str(config), *args]
+    )
+    shown = no_crash(runner.invoke(app, argv), 2)
+    assert reason in " ".join(shown.split()) and "Traceback" not in shown, shown

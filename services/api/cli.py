@@ -67,24 +67,23 @@ def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     """A YAML/JSON file with ``a.b=value`` overrides on top (the same syntax as ``reelrl train``).
 
     Raises ``ValueError`` naming the file, line and reason for a file that is not a mapping."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from services.common.config_files import merge_overrides, read_yaml_mapping
+    from services.common.json_lines import check_text
 
-    from services.common.config_files import read_yaml_mapping, refuse_non_finite
-
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value (e.g. video_params.fps=4)")
     base = read_yaml_mapping(path) if path is not None else {}
-    try:
-        merged = OmegaConf.merge(OmegaConf.create(base), OmegaConf.from_dotlist(overrides))
-        data = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    data = merge_overrides(base, overrides, "video_params.fps=4")  # non-finite numbers: the API's 422 too
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a job config is a mapping")
-    refuse_non_finite(data, f"{path} with overrides")  # the API would refuse it (422) anyway
+    check_text(data)  # a lone surrogate could not even be sent
     return data
+
+
+def _sendable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable command-line bytes arrive as lone surrogates
+        return False
+    return True
 
 
 def submit_command(
@@ -106,7 +105,10 @@ def submit_command(
     try:
         body = load_job_config(config, overrides)
     except (ValueError, OSError) as exc:
-        console.print(f"[red]{plain(exc)}[/red]")
+        console.print(f"[red]{plain(exc)}[/red]", soft_wrap=True)
+        return 2
+    if key is not None and not _sendable(key):
+        console.print(f"[red]--key {ascii(key)} is not UTF-8 text[/red]")
         return 2
     key = key or f"reelrl-submit-{uuid.uuid4().hex}"
     with api or ApiClient() as api:

@@ -100,3 +100,32 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
         )
     _non_finite(node, "", path)
     return data
+
+
+def merge_overrides(
+    base: dict[str, Any], overrides: list[str] | tuple[str, ...], example: str
+) -> dict[str, Any]:
+    """``base`` with dotted ``key=value`` overrides on top (``a.b=1``; values are YAML), as a plain
+    container. Raises :class:`ConfigFileError` naming the override for one that is not ``key=value``,
+    has no key, or whose value is no YAML, and for a result holding non-finite numbers.
+    ``example`` shows a valid override in the messages (e.g. ``trainer.total_steps=10``)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:  # bytes of another encoding on the command line: no text
+            raise ConfigFileError(f"override {item!r} is not UTF-8 text") from None
+        if not sep:
+            raise ConfigFileError(f"override {item!r} is not key=value (e.g. {example})")
+        if not key.strip() or any(not part for part in key.split(".")):
+            raise ConfigFileError(f"override {item!r} names no key (e.g. {example})")
+    try:
+        merged = OmegaConf.merge(OmegaConf.create(base), OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigFileError(f"overrides {list(overrides)}: {' '.join(str(exc).split())}") from None
+    refuse_non_finite(data, f"config with overrides {list(overrides)}" if overrides else "config")
+    return data

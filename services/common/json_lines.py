@@ -45,7 +45,7 @@ def loads_record(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
     except (ValueError, RecursionError) as exc:
         raise RecordError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
     if _LONE_SURROGATE.search(text):
-        _check_text(record)
+        check_text(record)
     return record
 
 
@@ -53,7 +53,7 @@ def loads_record(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
 _LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _check_text(record: Any) -> None:
+def check_text(record: Any) -> None:
     """A string of the record (key or value) holding a lone surrogate (``"\\ud800"``, valid JSON but
     no text) would fail when written or tokenised, far from here: refused as this record's error."""
     try:

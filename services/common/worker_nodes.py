@@ -65,15 +65,29 @@ def registered(role: str) -> Iterator[WorkerNode]:
             path.unlink()
 
 
+def _read(path: Path) -> WorkerNode | None:
+    """The record in ``path``, or None when it is not one (torn, hand-edited, another tool's file)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or set(data) != set(WorkerNode.__dataclass_fields__):
+        return None
+    pid, started = data["pid"], data["started"]
+    fields_ok = all(isinstance(data[k], str) for k in ("node", "role", "host"))
+    if not fields_ok or type(pid) is not int or pid <= 0 or type(started) not in (int, float):
+        return None
+    return WorkerNode(**data)
+
+
 def local_workers(role: str | None = None) -> list[WorkerNode]:
     """The workers recorded on this host (of ``role``, if given) whose process still runs; the records
     of those that are gone are removed."""
     host, found = socket.gethostname(), []
     folder = _folder()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            node = WorkerNode(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
+        node = _read(path)
+        if node is None:
             continue  # being written, or not ours: left alone
         if node.host != host or (role is not None and node.role != role):
             continue

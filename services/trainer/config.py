@@ -559,24 +559,13 @@ def parse_config(data: dict[str, Any]) -> TrainConfig:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """A YAML file (optional) with ``a.b.c=value`` overrides applied on top, validated."""
-    import yaml
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from services.common.config_files import ConfigFileError, read_yaml_mapping, refuse_non_finite
+    from services.common.config_files import ConfigFileError, merge_overrides, read_yaml_mapping
 
     try:
-        base = OmegaConf.create(read_yaml_mapping(path) if path is not None else {})
-        for item in overrides:
-            if "=" not in item:
-                raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=10)")
-        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
-        data = OmegaConf.to_container(merged, resolve=True)
-        refuse_non_finite(data, f"config {path} with overrides" if overrides else f"config {path}")
+        base = read_yaml_mapping(path) if path is not None else {}
+        data = merge_overrides(base, overrides, "trainer.total_steps=10")
     except ConfigFileError as exc:
         raise ConfigError(str(exc)) from None
-    except (OmegaConfBaseException, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config is a mapping of sections (data, actor, ...)")
     return parse_config(data)

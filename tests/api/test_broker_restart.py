@@ -126,6 +126,11 @@ def test_each_worker_has_its_own_node_name_and_ping_asks_every_one(tmp_path, vid
         assert alone.exit_code == 0 and names[1] in alone.output and names[0] not in alone.output, (
             alone.output
         )
+        broker.stop()  # the broker away: a message naming it, not a traceback
+        away = ping()
+        assert away.exit_code == 1 and "the broker is unreachable" in away.output, away.output
+        assert names[1] in away.output and "Traceback" not in away.output
+        broker.start()
         b.kill()  # a killed worker leaves its record, recognised as dead: nothing answers for it
         dead = ping()
         assert dead.exit_code == 1 and "no `reelrl worker` runs on this host" in dead.output, dead.output

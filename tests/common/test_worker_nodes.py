@@ -45,3 +45,33 @@ def test_records_of_dead_processes_and_reused_pids_are_ignored_and_removed(reelr
     (folder / "torn.json").write_text("{")  # being written: left alone
     assert local_workers() == []
     assert sorted(p.name for p in folder.iterdir()) == ["elsewhere.json", "torn.json"]
+
+
+def test_malformed_records_are_ignored_not_a_crash(reelrl_home):
+    """A hand-edited record (a pid that is text, negative or fractional, no start time) crashed every
+    `reelrl worker ping` on the host with a traceback."""
+    folder = reelrl_home / "workers"
+    folder.mkdir(parents=True)
+    host = socket.gethostname()
+    good = {
+        "node": f"train.{os.getpid()}@{host}",
+        "role": "train",
+        "host": host,
+        "pid": os.getpid(),
+        "started": 0.0,
+    }
+    for i, change in enumerate(
+        [
+            {"pid": "abc"},
+            {"pid": -5},
+            {"pid": 1.5},
+            {"started": None},
+            {"role": 7},
+            {"extra": 1},
+            {"pid": True},
+        ]
+    ):
+        (folder / f"bad{i}.json").write_text(json.dumps({**good, **change}))
+    (folder / "list.json").write_text("[1, 2]")
+    with registered("eval") as me:
+        assert [w.node for w in local_workers()] == [me.node]
