@@ -108,7 +108,7 @@ def submit_command(
         console.print(f"[red]{plain(exc)}[/red]", soft_wrap=True)
         return 2
     if key is not None and not _sendable(key):
-        console.print(f"[red]--key {ascii(key)} is not UTF-8 text[/red]")
+        console.print(f"[red]--key {key!a} is not UTF-8 text[/red]")
         return 2
     key = key or f"reelrl-submit-{uuid.uuid4().hex}"
     with api or ApiClient() as api:
