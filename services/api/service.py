@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any
 
 from celery import Celery
@@ -21,6 +22,7 @@ from services.common.db.models import JobState
 from services.common.jobs import (
     JobInfo,
     JobNotFound,
+    JobSettings,
     Reaped,
     claim_resend,
     create_or_get_job,
@@ -58,6 +60,7 @@ class JobService:
     def __init__(self, celery: Celery | None = None, settings: ApiSettings | None = None) -> None:
         self._celery = celery
         self.settings = settings or ApiSettings()
+        self._next_reconcile = 0.0  # monotonic time of the next lost-message check
 
     @property
     def celery(self) -> Celery:
@@ -121,8 +124,16 @@ class JobService:
 
     def _resend_lost(self) -> list[str]:
         """Send again the task of every job that waited unclaimed for ``lost_message_s`` and whose
-        message the broker no longer holds (it restarted without its data). Returns their ids."""
-        unclaimed = unclaimed_jobs()
+        message the broker no longer holds (it restarted without its data). Returns their ids.
+
+        At most every quarter of the bound, not on every reaper pass: it reads every long-queued job,
+        and a long queue behind busy workers is normal."""
+        settings = JobSettings()
+        now = time.monotonic()
+        if now < self._next_reconcile:
+            return []
+        self._next_reconcile = now + settings.lost_message_s / 4
+        unclaimed = unclaimed_jobs(settings)
         if not unclaimed:
             return []
         queues = {}

@@ -583,7 +583,18 @@ def unsent_retries() -> list[tuple[str, str]]:
         ]
 
 
-def unclaimed_jobs(settings: JobSettings | None = None, now: datetime | None = None) -> list[JobInfo]:
+@dataclass(frozen=True)
+class Unclaimed:
+    """A queued job nobody claimed in time: what the reconciler needs of it, and no more (it reads
+    every such job on each pass)."""
+
+    id: str
+    kind: str
+    attempts: int
+    enqueued_at: datetime | None
+
+
+def unclaimed_jobs(settings: JobSettings | None = None, now: datetime | None = None) -> list[Unclaimed]:
     """Queued jobs nobody claimed within ``lost_message_s`` of being sent, or of being created if
     never sent (oldest first): those whose message the broker may have lost."""
     settings = settings or JobSettings()
@@ -591,15 +602,15 @@ def unclaimed_jobs(settings: JobSettings | None = None, now: datetime | None = N
     sent_long_ago = Job.enqueued_at < cutoff
     never_sent = Job.enqueued_at.is_(None) & (Job.updated_at < cutoff)
     with session_scope() as session:
-        rows = session.scalars(
-            select(Job)
+        rows = session.execute(
+            select(Job.id, Job.kind, Job.attempts, Job.enqueued_at)
             .where(Job.state == JobState.queued, sent_long_ago | never_sent)
             .order_by(Job.updated_at)
         ).all()
-        return [_info(job) for job in rows]
+    return [Unclaimed(*row) for row in rows]
 
 
-def claim_resend(job: JobInfo, now: datetime | None = None) -> bool:
+def claim_resend(job: Unclaimed, now: datetime | None = None) -> bool:
     """Take the right to send ``job``'s message again: True for exactly one caller while the job is
     still queued as ``job`` saw it (several API processes reconcile at once)."""
     with session_scope() as session:

@@ -4,29 +4,18 @@ per-sample JSONL, and the run manifest."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from services.common.atomic_files import atomic_text
 from services.eval.benchmarks import Summary
 
 
 def _write_atomic(path: Path, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_text(path) as fh:
+        fh.write(text)
+    return Path(path)
 
 
 def write_json_atomic(path: Path, data: Any) -> Path:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.common.atomic_files import atomic_text
 from services.common.frames import DecodeError
 from services.common.frames.folder import frame_files
 from services.common.json_lines import RecordError, loads_record
@@ -104,19 +103,12 @@ def _check_file(raw: str, path: Path, frame_folders: bool) -> Path:
 
 
 def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> int:
-    """Write rows to ``path`` via a temp file and rename; returns the row count."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write rows to ``path`` whole or not at all (:func:`atomic_text`); returns the row count."""
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_text(path) as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
     return count
 
 

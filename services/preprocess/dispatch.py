@@ -176,13 +176,18 @@ def run_preprocess(
             bad_rows.append({**row.data, "error": row.error})
             report.errors.append(row.error)
     _check_outputs(outputs, overwrite)  # again: something may have appeared there while clips decoded
-    report.succeeded = write_jsonl_atomic(out, ok_rows)
+    if (out.resolve(), failed_path(out.resolve())) != outputs:
+        # a folder on the way became a link meanwhile: the output would land where nothing checked it
+        raise OutputTaken(
+            outputs[0], f"now resolves to {out.resolve()}", "Run it again; nothing was written."
+        )
+    report.succeeded = write_jsonl_atomic(outputs[0], ok_rows)
     record_output_file(outputs[0], OUTPUT_KIND, job_id)
     report.failed = len(bad_rows)
     report.out = out
     report.failed_out = failed_path(out)
     if bad_rows:
-        write_jsonl_atomic(report.failed_out, bad_rows)
+        write_jsonl_atomic(outputs[1], bad_rows)
         record_output_file(outputs[1], OUTPUT_KIND, job_id)
     elif outputs[1].exists():  # an earlier run's failures (checked above): none are left
         outputs[1].unlink()

@@ -66,7 +66,7 @@ def test_bad_configs_are_422_naming_the_config_field(client, data_root, tmp_path
         (preprocess_body(dataset="../elsewhere.jsonl"), "body.config.dataset", "outside the data roots"),
         (preprocess_body(out=str(tmp_path / "x.jsonl")), "body.config.out", "outside the data roots"),
         (preprocess_body(dataset="missing.jsonl"), "body.config.dataset", "not found"),
-        (preprocess_body(out="train.jsonl"), "body.config", "out must differ"),
+        (preprocess_body(out="train.jsonl"), "body.config", "is the dataset being read"),
         (preprocess_body(threads=3), "body.config.threads", "Extra inputs"),
         (preprocess_body(video_params={"fps": -1}), "body.config.video_params.fps", "greater than 0"),
         (preprocess_body(video_params={"nframes": 8}), "body.config.video_params", "either fps or nframes"),
@@ -76,6 +76,12 @@ def test_bad_configs_are_422_naming_the_config_field(client, data_root, tmp_path
             preprocess_body(video_params={"min_pixels": 10**14}),
             "body.config.video_params",
             "more than family",
+        ),
+        # each bound alone holds, their product does not: 8 frames of 50M pixels (a 1.2 GB clip)
+        (
+            preprocess_body(video_params={"fps": None, "nframes": 8, "min_pixels": 50_000_000}),
+            "body.config.video_params",
+            "8 frames of at least min_pixels=50000000",
         ),
         (
             preprocess_body(video_params={"max_frames": 10**6}),

@@ -147,3 +147,29 @@ def test_outs_that_cannot_be_written_are_refused_before_any_work(preprocess, tmp
         assert done.returncode == 2, (out, done.stderr)
         assert "Traceback" not in done.stderr and why in " ".join(done.stderr.split()), done.stderr
     assert list(folder.iterdir()) == []
+
+
+def test_a_folder_swapped_for_a_link_during_the_run_writes_nothing(
+    reelrl_home, tmp_path, write_dataset, monkeypatch
+):
+    """OUT's folder replaced by a link to another place while the clips decoded: the output was written
+    there, outside every check (and, for a job, outside the data roots)."""
+    from services.common.frames import VideoParams
+    from services.common.outputs import OutputTaken
+    from services.preprocess import dispatch
+
+    dataset = write_dataset(tmp_path / "train.jsonl", TEXT_ROWS)
+    (tmp_path / "tt").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    original = dispatch._wait_all
+
+    def swap_then_wait(*args, **kwargs):
+        (tmp_path / "tt").rename(tmp_path / "tt.real")
+        (tmp_path / "tt").symlink_to(elsewhere)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "_wait_all", swap_then_wait)
+    with pytest.raises(OutputTaken, match="now resolves to"):
+        dispatch.run_preprocess(dataset, tmp_path / "tt" / "o.jsonl", VideoParams(), workers=0)
+    assert list(elsewhere.iterdir()) == [] and list((tmp_path / "tt.real").iterdir()) == []

@@ -101,6 +101,16 @@ class VideoParams(BaseModel):
                     f"{name}={value} is more than family {self.family.value} can take: at most {ceiling} "
                     f"pixels ({MODEL_SEQ_LEN} tokens of {self.factor}x{self.factor} pixels, the whole context)"
                 )
+        # every frame gets at least min_pixels (qwen-vl-utils lets min_pixels win over the budget), so
+        # the clip's frames at min_pixels must fit the context too, or one clip could fill a disk
+        frames = self.nframes if self.nframes is not None else self.max_frames
+        floor = frames * self.resolved_min_pixels
+        if floor > ceilings["total_pixels"]:
+            raise ValueError(
+                f"{frames} frames of at least min_pixels={self.resolved_min_pixels} are {floor} pixels, more "
+                f"than family {self.family.value} can take in one clip ({ceilings['total_pixels']}); lower "
+                f"min_pixels or {'nframes' if self.nframes is not None else 'max_frames'}"
+            )
         if self.max_pixels is not None and self.max_pixels < self.resolved_min_pixels:
             raise ValueError(
                 f"max_pixels ({self.max_pixels}) is below min_pixels ({self.resolved_min_pixels}"

@@ -73,3 +73,16 @@ def test_key_survives_a_json_round_trip_of_the_params():
     for p in (VideoParams(), VideoParams(total_pixels=5_000_000, fps=1)):
         stored = json.loads(json.dumps(p.canonical()))
         assert clip_key("blake3:x", VideoParams.from_canonical(stored)) == clip_key("blake3:x", p)
+
+
+def test_a_clips_frames_at_min_pixels_must_fit_the_context():
+    """min_pixels wins over the budget (qwen-vl-utils), so each field within its bound could still make
+    one clip of gigabytes: 8 frames of 20M pixels were accepted and decoded into 481 MB."""
+    # qwen2.5-vl: 128,000 tokens x 28^2 pixels x 2 frames a temporal patch = 200,704,000 pixels
+    ceiling = 128_000 * 28 * 28 * 2
+    VideoParams(fps=None, nframes=8, min_pixels=ceiling // 8)  # exactly the context: accepted
+    with pytest.raises(ValidationError, match="8 frames of at least min_pixels=25088001 are 200704008 pixels"):
+        VideoParams(fps=None, nframes=8, min_pixels=ceiling // 8 + 1)
+    with pytest.raises(ValidationError, match="lower min_pixels or max_frames"):
+        VideoParams(min_pixels=1_000_000)  # 768 frames (the default max_frames) of 1M pixels
+    VideoParams(min_pixels=1_000_000, max_frames=200)  # the fix the message names
