@@ -128,3 +128,21 @@ def test_run_rejects_a_bad_config_before_starting_anything(tmp_path):
         ],
     )
     assert result.exit_code == 2 and "override 'oops' is not KEY=VALUE" in result.output
+
+
+def test_run_refuses_an_output_dir_holding_files_of_no_evaluation(reelrl_home, tmp_path):
+    from services.common.tiny_models import build_tiny_model
+
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "mvbench.samples.jsonl").write_text("my notes\n")
+    result = runner.invoke(
+        app, ["eval", "run", "--model", str(model), "--benchmarks", "mvbench", "--data-root", str(tmp_path),
+              f"output_dir={folder}"],
+    )  # fmt: skip
+    shown = " ".join(result.output.split())
+    assert result.exit_code == 2, shown
+    assert "holds files and is not a evaluation run's folder (no manifest.json)" in shown
+    assert (folder / "mvbench.samples.jsonl").read_text() == "my notes\n"
+    assert [p.name for p in folder.iterdir()] == ["mvbench.samples.jsonl"]
