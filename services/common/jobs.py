@@ -264,6 +264,7 @@ def create_or_get_job(
     held = None if value is None else _digest(kind, json.dumps(value, sort_keys=True))
     if held is not None:
         _refuse_if_held(kind, exclusive, value, held)  # the usual case, with the holder named
+        _refuse_if_foreign(kind, exclusive, value, held, owner)
     job_id = uuid.uuid4().hex
     now = utcnow()
     try:
@@ -307,6 +308,18 @@ def _refuse_if_held(kind: str, exclusive: str | None, value: Any, held: str) -> 
                 f"{exclusive}={value} is in use by {holder.state.value} {kind} job {holder.id}; wait for it "
                 f"to end, cancel it, or choose another {exclusive}"
             )
+
+
+def _refuse_if_foreign(kind: str, exclusive: str | None, value: Any, held: str, owner: str | None) -> None:
+    """:class:`JobConflict` if earlier jobs of ``kind`` used ``exclusive=value`` and none was this
+    owner's: a training folder's runs belong to whoever's jobs made them (resuming one there discards
+    its later checkpoints and truncates its metrics)."""
+    with session_scope() as session:
+        owners = set(session.scalars(select(Job.owner).where(Job.exclusive_key == held).distinct()))
+    if owners and owner not in owners:
+        raise JobConflict(
+            f"{exclusive}={value} holds the runs of another owner's {kind} jobs; choose another {exclusive}"
+        )
 
 
 def create_job(

@@ -74,3 +74,23 @@ def test_the_holder_is_named_and_the_folder_is_free_once_it_ends(reelrl_home):
     jobs.request_cancel(job.id)  # a queued job cancels at once
     again, created = create_or_get_job("train", _train("/runs/b"), exclusive="trainer.output_dir")
     assert created and again.id != job.id
+
+
+def test_a_train_folder_belongs_to_the_owner_whose_jobs_used_it(make_client, data_root):
+    """Once A's job ended, B could submit into A's output_dir with trainer.resume naming A's checkpoint:
+    the run discards A's later checkpoints and truncates A's metrics."""
+    from tests.api.test_edges import train_body
+
+    locked = make_client(auth="required")
+    a = create_token("owner-a", [Scope.read, Scope.submit])
+    b = create_token("owner-b", [Scope.read, Scope.submit])
+    body = train_body(data_root, output_dir="runs/a")
+    first = locked.post("/v1/jobs", json=body, headers=bearer(a))
+    assert first.status_code == 202, first.text
+    assert locked.post(f"/v1/jobs/{first.json()['id']}/cancel", headers=bearer(a)).status_code == 200
+    foreign = locked.post("/v1/jobs", json=body, headers=bearer(b))
+    assert foreign.status_code == 409, foreign.text
+    assert "holds the runs of another owner's train jobs" in foreign.json()["detail"]
+    assert locked.post("/v1/jobs", json=body, headers=bearer(a)).status_code == 202  # A continues its own
+    fresh = locked.post("/v1/jobs", json=train_body(data_root, output_dir="runs/b"), headers=bearer(b))
+    assert fresh.status_code == 202, fresh.text
