@@ -8,7 +8,7 @@ score({"problem_type": "multiple choice", "answer": "B", "options": ["A. red", "
 from services.reward import types as _types  # noqa: F401 - registers every problem type
 from services.reward.client import HttpRewardClient, InProcessRewardClient, RewardClient, make_reward_client
 from services.reward.config import RewardConfig, ScoringOptions
-from services.reward.errors import InvalidSample, RewardError, UnknownProblemType
+from services.reward.errors import InvalidSample, ItemTimeout, RewardError, UnknownProblemType
 from services.reward.prompts import render_prompt, template_version
 from services.reward.registry import ProblemType, all_types, canonical_name, get_type, known_names
 from services.reward.result import RewardResult
@@ -19,6 +19,7 @@ __all__ = [
     "HttpRewardClient",
     "InProcessRewardClient",
     "InvalidSample",
+    "ItemTimeout",
     "ProblemType",
     "RewardClient",
     "RewardConfig",

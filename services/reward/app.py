@@ -1,9 +1,10 @@
 """The reward HTTP service (FastAPI, stateless): ``uvicorn --factory services.reward.app:create_app``.
 
 POST /v1/score scores a batch in a worker thread (math checks run in helper processes), so the event loop
-never waits on a scorer. An unusable item gets ``error`` and zeros while the rest are scored; a malformed
-body gets 422 naming the field (a non-finite number anywhere in it too: services/reward/strictjson.py);
-too many items or too long a response get 413.
+never waits on a scorer. An unusable item, or one past ``REELRL_REWARD_ITEM_TIMEOUT_S``, gets ``error`` and
+zeros while the rest are scored; a malformed body gets 422 naming the field (a non-finite number anywhere
+in it too: services/reward/strictjson.py; a sample text over its bound: services/reward/sample.py); too
+many items or too long a response get 413.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 from services.common.body_limit import BodyLimitMiddleware
 from services.reward import types as _types  # noqa: F401 - registers every problem type
@@ -25,15 +26,29 @@ from services.reward.metrics.mathcheck import get_math_checker
 from services.reward.metrics_prom import RewardMetrics
 from services.reward.registry import describe_types
 from services.reward.result import RewardResult
+from services.reward.sample import BoundedAnswer, BoundedName, BoundedOptions
 from services.reward.scoring import score_items
 from services.reward.settings import RewardServiceSettings
 from services.reward.strictjson import refuse_non_finite, validation_error_handler
 
 
+@with_config(ConfigDict(extra="allow"))
+class SampleBody(TypedDict, total=False):
+    """A sample as sent: any fields, read and checked when its item is scored (an unusable sample fails its
+    item alone), except the lengths of the texts scoring reads, bounded here (422 naming the field):
+    services/reward/sample.py MAX_ANSWER_CHARS, MAX_OPTION_CHARS, MAX_NAME_CHARS."""
+
+    problem_type: BoundedName
+    id: BoundedName
+    answer: BoundedAnswer
+    solution: BoundedAnswer
+    options: BoundedOptions
+
+
 class ScoreItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sample: dict[str, Any] = Field(description="SPEC §2 sample: at least problem_type and answer")
+    sample: SampleBody = Field(description="SPEC §2 sample: at least problem_type and answer")
     response: str = Field(description="the model's response text")
 
 
@@ -145,8 +160,9 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
             math_timeout_s=settings.math_timeout_s,
             math_deadline_s=settings.math_deadline_s,
             math_workers=settings.math_workers,
+            item_timeout_s=settings.item_timeout_s,
         )
-        pairs = [(item.sample, item.response) for item in body.items]
+        pairs = [(dict(item.sample), item.response) for item in body.items]
         results: list[RewardResult] = await anyio.to_thread.run_sync(
             score_items, pairs, config, limiter=scoring_slots
         )

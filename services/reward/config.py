@@ -49,6 +49,15 @@ class RewardConfig(ScoringOptions):
         le=64,
         description="math helper processes (a bounded pool) per process; default min(4, CPUs)",
     )
+    # Normal items take milliseconds; the limit stops a pathological one (every input is bounded, but a
+    # parser can still be slow on crafted text) and fails that item alone. Math checks keep their own limits.
+    item_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=600.0,
+        description="limit for scoring one item in this process (reading sample and response, accuracy "
+        "except math checks); an item past it fails alone with `error`",
+    )
     http_timeout_s: float = Field(120.0, gt=0.0)
     http_batch_size: int = Field(256, gt=0, description="items per HTTP request (the server caps it)")
     http_retries: int = Field(3, ge=0)

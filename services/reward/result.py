@@ -11,7 +11,8 @@ class RewardResult(BaseModel):
     """Every component separately (GDPO normalises them per group), plus what was read from the response.
 
     ``error`` is set only by batch interfaces (HTTP, ``RewardClient``) for an item that could not be
-    scored at all (unknown type, unusable ground truth); its scores are then 0. ``note`` explains a
+    scored at all (unknown type, unusable ground truth) or not within ``item_timeout_s``; its scores are
+    then 0. ``note`` explains a
     deliberate zero that is not an error (response over the length limit, math check timed out).
     """
 

@@ -6,11 +6,13 @@ library and accepts its dicts unchanged.
 
 from __future__ import annotations
 
+import json
 import re
 import string
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from services.reward.errors import InvalidSample
 
@@ -18,6 +20,59 @@ from services.reward.errors import InvalidSample
 _LETTERED = re.compile(r"^\s*\(?([A-Z])\s*[.):：．]\s*(.*)$", re.S)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 MAX_OPTIONS = 26
+
+# Bounds on the sample texts scoring reads (docs/rewards.md, "Bounds"): with them, and the response limit,
+# every scorer's work is bounded. Far above real data: the longest references are code and descriptions.
+MAX_ANSWER_CHARS = 100_000  # the ground truth (answer or solution): its text, or JSON data as compact JSON
+MAX_OPTION_CHARS = 4_000  # each option's text
+MAX_NAME_CHARS = 1_000  # problem_type and id (error messages quote them)
+
+
+def answer_chars(value: Any) -> int:
+    """The size of a ground truth as scoring reads it: a string's length, other data's as compact JSON."""
+    if isinstance(value, str):
+        return len(value)
+    try:
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+    except (ValueError, RecursionError) as exc:  # circular, or nested beyond reason
+        raise ValueError(f"the ground truth cannot be read as JSON data ({exc})") from None
+
+
+def check_answer_size(value: Any) -> Any:
+    size = answer_chars(value)
+    if size > MAX_ANSWER_CHARS:
+        raise ValueError(
+            f"the ground truth has {size:,} characters; at most {MAX_ANSWER_CHARS:,} are scored (MAX_ANSWER_CHARS)"
+        )
+    return value
+
+
+def check_options_size(value: Any) -> Any:
+    if isinstance(value, str):
+        texts: Any = value.splitlines()
+    elif isinstance(value, Mapping):
+        texts = value.values()
+    else:
+        texts = value if isinstance(value, list | tuple) else ()
+    for index, item in enumerate(texts):
+        text = item.text if isinstance(item, Option) else item
+        if isinstance(text, str) and len(text) > MAX_OPTION_CHARS:
+            raise ValueError(
+                f"option {index} has {len(text):,} characters; at most {MAX_OPTION_CHARS:,} (MAX_OPTION_CHARS)"
+            )
+    return value
+
+
+def check_name_size(value: Any) -> Any:
+    if isinstance(value, str | int) and len(text := str(value)) > MAX_NAME_CHARS:
+        raise ValueError(f"{len(text):,} characters; at most {MAX_NAME_CHARS:,} (MAX_NAME_CHARS)")
+    return value
+
+
+# The bounds as pydantic types, for request models that otherwise take a sample as it comes.
+BoundedAnswer = Annotated[Any, AfterValidator(check_answer_size)]
+BoundedOptions = Annotated[Any, AfterValidator(check_options_size)]
+BoundedName = Annotated[Any, AfterValidator(check_name_size)]
 
 
 class Option(BaseModel):
@@ -69,10 +124,10 @@ class RewardSample(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
-    problem_type: str
+    problem_type: str = Field(max_length=MAX_NAME_CHARS)
     answer: Any
     options: tuple[Option, ...] = ()
-    id: str | None = None
+    id: str | None = Field(None, max_length=MAX_NAME_CHARS)
     problem: str | None = None
     data_type: str | None = None
     # Where present (grounding), the frame/video extent lets hedging defences tell "everything" apart.
@@ -97,11 +152,12 @@ class RewardSample(BaseModel):
     def _unwrap(cls, value: Any) -> Any:
         if value is None or (isinstance(value, str) and not value.strip()):
             raise ValueError("the sample has no answer (ground truth); 'answer' (or 'solution') is required")
-        return unwrap_answer_tag(value)
+        return unwrap_answer_tag(check_answer_size(value))
 
     @field_validator("options", mode="before")
     @classmethod
     def _options(cls, value: Any) -> tuple[Option, ...]:
+        check_options_size(value)
         if value and isinstance(value, list | tuple) and all(isinstance(o, Option) for o in value):
             return tuple(value)
         try:

@@ -8,7 +8,9 @@ overall  = w_acc · accuracy + w_fmt · format
 
 A batch's math checks run on a bounded pool of helper processes (``math_workers``), a few at a time,
 while every other item is scored inline; with ``math_deadline_s`` set (the HTTP service sets it) they
-also share one deadline.
+also share one deadline. Everything else of an item (reading its sample and its response, and any
+accuracy computed in this thread) runs under ``item_timeout_s`` (services/reward/timelimit.py): an item
+past it fails alone.
 """
 
 from __future__ import annotations
@@ -23,15 +25,27 @@ from typing import Any
 from pydantic import ValidationError
 
 from services.reward.config import RewardConfig
-from services.reward.errors import InvalidSample
+from services.reward.errors import InvalidSample, ItemTimeout
 from services.reward.extract.tags import answer_text, split_response
 from services.reward.metrics.mathcheck import ExpressionRefused, HelperDied, MathTimeout, get_math_checker
 from services.reward.registry import ProblemType, ScoreContext, canonical_name, get_type
 from services.reward.result import RewardResult
 from services.reward.sample import RewardSample
+from services.reward.timelimit import time_limit
 
 SampleLike = RewardSample | Mapping[str, Any]
 log = logging.getLogger(__name__)
+
+
+def _label(sample: Any) -> str:
+    """How errors name a sample before it is validated (an id's first 100 characters)."""
+    if isinstance(sample, RewardSample):
+        return sample.label
+    raw = sample.get("id") if isinstance(sample, Mapping) else None
+    if raw is None:
+        return "sample (no id)"
+    spelled = repr(raw)
+    return f"sample {spelled if len(spelled) <= 100 else spelled[:100] + '…'}"
 
 
 def as_sample(sample: SampleLike) -> RewardSample:
@@ -43,7 +57,7 @@ def as_sample(sample: SampleLike) -> RewardSample:
     try:
         return RewardSample.model_validate(dict(sample))
     except ValidationError as exc:
-        label = f"sample {sample.get('id')!r}" if sample.get("id") is not None else "sample (no id)"
+        label = _label(sample)
         problems = "; ".join(
             f"field {'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
         )
@@ -88,6 +102,20 @@ def _read(prepared: _Prepared, response: str, config: RewardConfig) -> RewardRes
     return parsed, fmt
 
 
+def _inline(
+    prepared: _Prepared, response: str, config: RewardConfig, ctx: ScoreContext
+) -> RewardResult | tuple[Any, float]:
+    """What of one item runs in this thread: reading the response, and its accuracy unless that waits on
+    a math helper process (then ``(parsed, format)`` is returned for ``_finish`` outside the time limit)."""
+    read = _read(prepared, response, config)
+    if isinstance(read, RewardResult):
+        return read
+    parsed, fmt = read
+    if parsed is not None and prepared.unit.waits(parsed, prepared.truth):
+        return read
+    return _finish(prepared, parsed, fmt, config, ctx)
+
+
 def _finish(
     prepared: _Prepared, parsed: Any, fmt: float, config: RewardConfig, ctx: ScoreContext
 ) -> RewardResult:
@@ -115,18 +143,27 @@ def _finish(
 
 
 def score(sample: SampleLike, response: str, config: RewardConfig | None = None) -> RewardResult:
-    """Score one response. Raises UnknownProblemType / InvalidSample for an unusable sample."""
+    """Score one response. Raises UnknownProblemType / InvalidSample for an unusable sample, ItemTimeout
+    when scoring it takes longer than ``config.item_timeout_s``."""
     config = config or RewardConfig()
-    prepared = _Prepared(sample)
-    read = _read(prepared, response, config)
-    return read if isinstance(read, RewardResult) else _finish(prepared, *read, config, _context(config))
+    ctx = _context(config)
+    try:
+        with time_limit(config.item_timeout_s):
+            prepared = _Prepared(sample)
+            outcome = _inline(prepared, response, config, ctx)
+    except ItemTimeout:
+        raise ItemTimeout(
+            f"{_label(sample)}: scoring took longer than {_limit(config.item_timeout_s)}"
+        ) from None
+    return outcome if isinstance(outcome, RewardResult) else _finish(prepared, *outcome, config, ctx)
 
 
 def score_batch(
     items: Iterable[tuple[SampleLike, str]], config: RewardConfig | None = None
 ) -> list[RewardResult]:
     """Score ``(sample, response)`` pairs; the ground truth of a sample object repeated across a group of
-    responses is parsed once. Raises on the first unusable sample, naming its index."""
+    responses is parsed once. Raises on the first unusable sample, naming its index (ItemTimeout for an
+    item past ``config.item_timeout_s``)."""
     return _score_all(items, config or RewardConfig(), fail_alone=False)
 
 
@@ -136,7 +173,8 @@ def score_items(items: Iterable[tuple[Any, Any]], config: RewardConfig | None = 
 
     An unexpected exception while scoring one item (a bug, or a parser giving up on a pathological
     response) is logged with its traceback and fails that item alone, naming its index and the exception
-    type: one bad response must not cost a whole GRPO batch its rewards.
+    type: one bad response must not cost a whole GRPO batch its rewards. So does an item whose scoring
+    takes longer than ``config.item_timeout_s`` (stopped there, ``error`` says so).
     """
     return _score_all(items, config or RewardConfig(), fail_alone=True)
 
@@ -166,21 +204,33 @@ class _Overlap:
 def _score_all(
     items: Iterable[tuple[Any, Any]], config: RewardConfig, fail_alone: bool
 ) -> list[RewardResult]:
-    """The batch's math checks on a pool of ``math_workers``, under one deadline if ``math_deadline_s``."""
+    """The batch's math checks on a pool of ``math_workers``, under one deadline if ``math_deadline_s``;
+    everything else of each item inline, under ``item_timeout_s`` from the item's start (reading a
+    sample shared by a group counts against the first of its items)."""
     get_math_checker(config.math_workers)  # the pool's bound follows the config
     ctx = _context(config)
+    limit = config.item_timeout_s
     prepared: dict[int, _Prepared | InvalidSample] = {}
     slots: list[RewardResult | Future[RewardResult]] = []
     with _Overlap(config.math_workers) as overlap:
         for index, (sample, response) in enumerate(items):
+            started = time.monotonic()
             key = id(sample)
             if key not in prepared:
                 try:
-                    prepared[key] = _Prepared(sample)
+                    with time_limit(limit):
+                        prepared[key] = _Prepared(sample)
                 except InvalidSample as exc:  # includes UnknownProblemType
                     if not fail_alone:
                         raise _at_item(index, exc) from None
                     prepared[key] = exc
+                except ItemTimeout:
+                    message = f"{_label(sample)}: reading its ground truth took longer than {_limit(limit)}"
+                    if not fail_alone:
+                        raise ItemTimeout(f"item {index}: {message}") from None
+                    log.warning("reward item %d: %s", index, message)
+                    # cached: every response to this sample would wait as long again
+                    prepared[key] = InvalidSample(message)
                 except Exception as exc:
                     # not cached: the next item with this sample gets its own error and index
                     slots.append(_failure(index, exc, _type_name(sample), "reading the sample", fail_alone))
@@ -190,20 +240,32 @@ def _score_all(
                 slots.append(RewardResult.failed(str(entry), _type_name(sample)))
                 continue
             try:
-                read = _read(entry, response, config)
-                waits = (
-                    isinstance(read, tuple) and read[0] is not None and entry.unit.waits(read[0], entry.truth)
-                )
+                with time_limit(limit - (time.monotonic() - started)):
+                    outcome = _inline(entry, response, config, ctx)
+            except ItemTimeout:
+                slots.append(_timed_out(index, entry.unit.name, limit, fail_alone))
+                continue
             except Exception as exc:
                 slots.append(_failure(index, exc, entry.unit.name, "scoring the response", fail_alone))
                 continue
-            if isinstance(read, RewardResult):
-                slots.append(read)
-            elif waits:
-                slots.append(overlap.submit(_finish_item, index, entry, *read, config, ctx, fail_alone))
+            if isinstance(outcome, RewardResult):
+                slots.append(outcome)
             else:
-                slots.append(_finish_item(index, entry, *read, config, ctx, fail_alone))
+                slots.append(overlap.submit(_finish_item, index, entry, *outcome, config, ctx, fail_alone))
     return [slot.result() if isinstance(slot, Future) else slot for slot in slots]
+
+
+def _limit(seconds: float) -> str:
+    return f"item_timeout_s={seconds:g} s"
+
+
+def _timed_out(index: int, problem_type: str, limit: float, fail_alone: bool) -> RewardResult:
+    """An item stopped at its time limit: a result with ``error`` (score_items), or ItemTimeout (score_batch)."""
+    message = f"item {index}: scoring took longer than {_limit(limit)}; stopped"
+    if not fail_alone:
+        raise ItemTimeout(message)
+    log.warning("reward %s (%s)", message, problem_type)
+    return RewardResult.failed(message, problem_type)
 
 
 def _finish_item(

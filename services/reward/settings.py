@@ -23,6 +23,12 @@ class RewardServiceSettings(BaseSettings):
     math_deadline_s: float = Field(
         60.0, gt=0, le=600.0, description="limit for the math checks of one request"
     )
+    item_timeout_s: float = Field(
+        RewardConfig.model_fields["item_timeout_s"].default,
+        gt=0,
+        le=600.0,
+        description="limit for scoring one item; an item past it fails alone (`error`)",
+    )
     # Scoring is CPU-bound Python: more threads than this per worker only fight over the GIL and make the
     # latency tail unfair; waiting requests queue in arrival order instead.
     score_threads: int = Field(4, ge=1, description="batches scored at once per uvicorn worker")

@@ -1,12 +1,14 @@
 """The FastAPI app in-process (ASGI): per-item errors, 422/413, problem types, metrics."""
 
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
 
 from services.reward.app import create_app
 from services.reward.registry import get_type
+from services.reward.sample import MAX_ANSWER_CHARS, MAX_NAME_CHARS, MAX_OPTION_CHARS
 from services.reward.settings import RewardServiceSettings
 
 MC = {"problem_type": "multiple choice", "answer": "B", "options": ["A. red", "B. blue"]}
@@ -212,3 +214,54 @@ def test_the_service_applies_its_math_deadline_to_each_request():
         == "math equivalence check timed out (the request deadline passed before this check started)"
     )
     assert choice["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("sample", "field", "message"),
+    [
+        ({**MC, "answer": "B" * (MAX_ANSWER_CHARS + 1)}, "answer", "the ground truth has 100,001 characters"),
+        ({"problem_type": "ocr", "solution": "w " * 50_001}, "solution", "the ground truth has 100,002"),
+        ({**MC, "options": ["A. red", "x" * (MAX_OPTION_CHARS + 1)]}, "options", "option 1 has 4,001"),
+        (
+            {**MC, "problem_type": "m" * (MAX_NAME_CHARS + 1)},
+            "problem_type",
+            "1,001 characters; at most 1,000",
+        ),
+        ({**MC, "id": "v" * (MAX_NAME_CHARS + 1)}, "id", "1,001 characters; at most 1,000"),
+    ],
+)
+def test_sample_texts_over_their_bounds_get_422_naming_the_field(client, sample, field, message):
+    body = {"items": [{"sample": MC, "response": "B"}, {"sample": sample, "response": "B"}]}
+    response = client.post("/v1/score", json=body)
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "items", 1, "sample", field]
+    assert message in error["msg"]
+
+
+def test_sample_texts_at_their_bounds_are_scored(client):
+    sample = {"problem_type": "ocr", "answer": "w " * (MAX_ANSWER_CHARS // 2), "id": "v" * MAX_NAME_CHARS}
+    response = client.post(
+        "/v1/score", json={"items": [{"sample": sample, "response": "<answer>w</answer>"}]}
+    )
+    assert response.status_code == 200
+    assert response.json()["results"][0]["error"] is None
+
+
+def test_the_service_stops_an_item_at_its_item_timeout(monkeypatch):
+    def spin(*_args):
+        stop = time.monotonic() + 60  # never reached while the limit works
+        while time.monotonic() < stop:
+            pass
+        return 1.0
+
+    monkeypatch.setattr(get_type("ocr"), "accuracy", spin)
+    app = create_app(RewardServiceSettings(warm_math=False, item_timeout_s=0.5))
+    body = {"items": [{"sample": {"problem_type": "ocr", "answer": "stop"}, "response": "stop"},
+                      {"sample": MC, "response": "B"}]}  # fmt: skip
+    with TestClient(app) as fresh:
+        stuck, choice = fresh.post("/v1/score", json=body).json()["results"]
+        text = fresh.get("/metrics").text
+    assert stuck["error"] == "item 0: scoring took longer than item_timeout_s=0.5 s; stopped"
+    assert (stuck["overall"], choice["accuracy"]) == (0.0, 1.0)
+    assert 'reelrl_reward_item_errors_total{problem_type="ocr"} 1.0' in text

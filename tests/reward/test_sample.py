@@ -1,9 +1,12 @@
 """The reward-side sample model: options, wrapped answers, extra fields."""
 
+import re
+
 import pytest
 
 from services.reward import InvalidSample, RewardSample
-from services.reward.sample import parse_options
+from services.reward.sample import MAX_ANSWER_CHARS, MAX_NAME_CHARS, MAX_OPTION_CHARS, parse_options
+from services.reward.scoring import as_sample
 
 
 @pytest.mark.parametrize(
@@ -48,3 +51,52 @@ def test_structured_answers_stay_structured():
         {"problem_type": "tracking", "answer": {"boxes": {"0": [0, 0, 1, 1]}}}
     )
     assert sample.answer == {"boxes": {"0": [0, 0, 1, 1]}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "answer",
+            "x" * (MAX_ANSWER_CHARS + 1),
+            "field answer: Value error, the ground truth has 100,001 characters",
+        ),
+        ("solution", "x" * (MAX_ANSWER_CHARS + 1), "field answer: Value error, the ground truth has 100,001"),
+        # as compact JSON: '{"boxes":[' 10 + 20,000 × '[0,0,1,1]' 9 + 19,999 commas + ']}' 2 = 200,011
+        (
+            "answer",
+            {"boxes": [[0, 0, 1, 1]] * 20_000},
+            "field answer: Value error, the ground truth has 200,011",
+        ),
+        (
+            "options",
+            ["A. red", "B. " + "x" * MAX_OPTION_CHARS],
+            "field options: Value error, option 1 has 4,003",
+        ),
+        ("options", {"A": "red", "B": "x" * (MAX_OPTION_CHARS + 1)}, "option 1 has 4,001 characters"),
+        ("options", "A. red\nB. " + "x" * MAX_OPTION_CHARS, "option 1 has 4,003 characters"),
+        ("problem_type", "m" * (MAX_NAME_CHARS + 1), "field problem_type: String should have at most 1000"),
+        ("id", "v" * (MAX_NAME_CHARS + 1), "field id: String should have at most 1000"),
+    ],
+)
+def test_texts_scoring_reads_are_bounded(field, value, message):
+    sample = {"problem_type": "mcq", "answer": "B", **{field: value}}
+    if field == "solution":
+        del sample["answer"]
+    with pytest.raises(InvalidSample, match=re.escape(message)):
+        as_sample(sample)
+
+
+def test_texts_at_their_bounds_are_accepted():
+    sample = as_sample(
+        {
+            "problem_type": "open-ended",
+            "answer": "x" * MAX_ANSWER_CHARS,
+            "options": ["y" * MAX_OPTION_CHARS],
+            "id": "v" * MAX_NAME_CHARS,
+        }
+    )
+    assert len(sample.answer) == MAX_ANSWER_CHARS
+    # the bound is on the ground truth as sent: <answer>…</answer> around it counts
+    with pytest.raises(InvalidSample, match="at most 100,000"):
+        as_sample({"problem_type": "ocr", "answer": f"<answer>{'x' * (MAX_ANSWER_CHARS - 10)}</answer>"})

@@ -5,7 +5,17 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from services.reward import InvalidSample, RewardConfig, UnknownProblemType, score, score_batch, score_items
+from services.reward import (
+    InvalidSample,
+    ItemTimeout,
+    RewardConfig,
+    RewardError,
+    UnknownProblemType,
+    get_type,
+    score,
+    score_batch,
+    score_items,
+)
 from services.reward.metrics.mathcheck import get_math_checker
 
 MC = {"problem_type": "multiple choice", "answer": "B", "options": ["A. red", "B. blue"]}
@@ -177,3 +187,68 @@ def test_the_batch_deadline_bounds_many_slow_checks():
     assert all("timed out" in r.note and "deadline" in r.note for r in results[2:4])  # never got a helper
     # a deadline check, not a benchmark: one after another these cost 4 × 5 s
     assert elapsed < 10.0
+
+
+def _spin(*_args):
+    """A scorer stuck in pure-Python work (a parser gone quadratic): 60 s unless a time limit stops it."""
+    stop = time.monotonic() + 60
+    while time.monotonic() < stop:
+        pass
+    return 1.0
+
+
+OCR = {"problem_type": "ocr", "answer": "stop here"}
+
+
+def test_an_item_past_item_timeout_s_fails_alone_within_the_limit(monkeypatch):
+    monkeypatch.setattr(get_type("ocr"), "accuracy", _spin)
+    items = [(OCR, "stop here"), (MC, "<answer>B</answer>"), (dict(OCR), "stop"), (MC, "A")]
+    started = time.monotonic()
+    results = score_items(items, RewardConfig(item_timeout_s=0.5))
+    elapsed = time.monotonic() - started
+    for index in (0, 2):
+        stuck = results[index]
+        assert (stuck.overall, stuck.problem_type) == (0.0, "ocr")
+        assert stuck.error == f"item {index}: scoring took longer than item_timeout_s=0.5 s; stopped"
+    assert [(r.accuracy, r.error) for r in results[1::2]] == [(1.0, None), (0.0, None)]
+    assert elapsed < 15  # two items stopped at 0.5 s each, with a generous margin (unstopped: 120 s)
+
+
+def test_score_and_score_batch_raise_item_timeout(monkeypatch):
+    monkeypatch.setattr(get_type("ocr"), "accuracy", _spin)
+    config = RewardConfig(item_timeout_s=0.3)
+    with pytest.raises(ItemTimeout, match=r"item 1: scoring took longer than item_timeout_s=0.3 s"):
+        score_batch([(MC, "B"), (OCR, "stop here")], config)
+    with pytest.raises(ItemTimeout, match=r"sample \(no id\): scoring took longer than item_timeout_s=0.3 s"):
+        score(OCR, "stop here", config)
+    assert isinstance(ItemTimeout("x"), RewardError)
+
+
+def test_a_truth_too_slow_to_read_fails_its_whole_group_once(monkeypatch):
+    calls = []
+
+    def slow_truth(sample):
+        calls.append(sample)
+        return _spin()
+
+    monkeypatch.setattr(get_type("ocr"), "parse_truth", slow_truth)
+    sample = {"problem_type": "ocr", "answer": "stop here", "id": "v1"}
+    results = score_items(
+        [(sample, "stop"), (sample, "stop here"), (MC, "B")], RewardConfig(item_timeout_s=0.3)
+    )
+    expected = "sample 'v1': reading its ground truth took longer than item_timeout_s=0.3 s"
+    assert [r.error for r in results] == [expected, expected, None]
+    assert len(calls) == 1  # the group's other responses did not wait again
+
+
+def test_a_math_check_waits_outside_the_item_timeout(monkeypatch):
+    # Waiting on a helper process has its own limits (math_timeout_s, math_deadline_s); an exception
+    # raised in the middle of the pool's bookkeeping would leak a helper, so the item limit stays out.
+    def slow_check(self, gold, pred, timeout_s, deadline=None):
+        time.sleep(1.0)  # a check longer than the item limit below
+        return True
+
+    monkeypatch.setattr(type(get_math_checker()), "equivalent", slow_check)
+    for scored in (score_items([_math("x^2+2x+1", "(x+1)^2")], RewardConfig(item_timeout_s=0.3))[0],
+                   score(*_math("x^2+2x+1", "(x+1)^2"), RewardConfig(item_timeout_s=0.3))):  # fmt: skip
+        assert (scored.accuracy, scored.error) == (1.0, None)

@@ -3,15 +3,23 @@
 rouge-score's own tokenizer keeps ``[a-z0-9]`` only, so identical Russian or Chinese answers would share no
 token and score 0. Ours (``extract.normalise.tokens``) keeps every script, splits CJK into characters and
 still Porter-stems ASCII words longer than 3 characters, as rouge-score does.
+
+The scores are rouge-score's formulas (``_score_ngrams``, ``_score_lcs``), computed here on one
+tokenisation: ROUGE-L's longest common subsequence comes from ``metrics.bitparallel.lcs_length`` instead
+of rouge-score's O(n·m) Python table (seconds to minutes, and n·m list cells of memory, for long texts).
+Same numbers (tests compare them with rouge-score's ``RougeScorer``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from functools import lru_cache
 
-from rouge_score import rouge_scorer, tokenizers
+from rouge_score import tokenizers
 
 from services.reward.extract.normalise import normalise_text, tokens
+from services.reward.metrics.bitparallel import lcs_length
 
 
 class UnicodeTokenizer(tokenizers.Tokenizer):
@@ -32,14 +40,40 @@ class UnicodeTokenizer(tokenizers.Tokenizer):
 
 
 @lru_cache(maxsize=1)
-def _scorer() -> rouge_scorer.RougeScorer:
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=UnicodeTokenizer())
+def _tokenizer() -> UnicodeTokenizer:
+    return UnicodeTokenizer()
+
+
+def f1(overlap: int, pred_count: int, truth_count: int) -> float:
+    """F1 of precision ``overlap / pred_count`` and recall ``overlap / truth_count`` (0 when either count
+    is 0), as rouge-score computes it."""
+    precision, recall = overlap / max(pred_count, 1), overlap / max(truth_count, 1)
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+
+
+def ngram_f1(pred: Sequence[str], truth: Sequence[str], n: int) -> float:
+    """ROUGE-N F1: overlap = Σ over n-grams of min(count in pred, count in truth)."""
+    pred_grams = Counter(tuple(pred[i : i + n]) for i in range(len(pred) - n + 1))
+    truth_grams = Counter(tuple(truth[i : i + n]) for i in range(len(truth) - n + 1))
+    overlap = sum((pred_grams & truth_grams).values())
+    return f1(overlap, pred_grams.total(), truth_grams.total())
+
+
+def lcs_f1(pred: Sequence[str], truth: Sequence[str]) -> float:
+    """ROUGE-L F1: P = LCS / len(pred), R = LCS / len(truth)."""
+    if not pred or not truth:
+        return 0.0
+    return f1(lcs_length(pred, truth), len(pred), len(truth))
 
 
 def rouge_f1_mean(pred: str, truth: str) -> float:
     """Mean of the ROUGE-1, ROUGE-2 and ROUGE-L F1 scores in [0, 1] over ``UnicodeTokenizer`` tokens."""
-    scores = _scorer().score(truth, pred)
-    return (scores["rouge1"].fmeasure + scores["rouge2"].fmeasure + scores["rougeL"].fmeasure) / 3.0
+    pred_tokens, truth_tokens = _tokenizer().tokenize(pred), _tokenizer().tokenize(truth)
+    return (
+        ngram_f1(pred_tokens, truth_tokens, 1)
+        + ngram_f1(pred_tokens, truth_tokens, 2)
+        + lcs_f1(pred_tokens, truth_tokens)
+    ) / 3.0
 
 
 def exact_match(pred: str, truth: str) -> float:

@@ -8,7 +8,7 @@ from services.reward.errors import InvalidSample
 from services.reward.extract.normalise import ARTICLES, tokens, words
 from services.reward.extract.tags import after_final_phrase
 from services.reward.metrics.rouge import exact_match, rouge_f1_mean
-from services.reward.metrics.wer import word_error_rate
+from services.reward.metrics.wer import wer_accuracy
 from services.reward.registry import ProblemType, ScoreContext, register
 from services.reward.sample import RewardSample
 
@@ -47,7 +47,7 @@ class Ocr(_FreeText):
     )
 
     def accuracy(self, parsed: Any, truth: Any, sample: RewardSample, ctx: ScoreContext) -> float:
-        return max(0.0, 1.0 - word_error_rate(words(truth), words(parsed)))
+        return wer_accuracy(words(truth), words(parsed))
 
 
 @register

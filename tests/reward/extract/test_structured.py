@@ -1,10 +1,14 @@
 """JSON, intervals and boxes: read and validated together."""
 
 import math
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.reward.extract.structured import (
+    FENCE,
     as_box,
     as_interval,
     boxes_by_frame,
@@ -12,6 +16,7 @@ from services.reward.extract.structured import (
     find_json,
     single_box,
 )
+from services.reward.timelimit import time_limit
 
 
 @pytest.mark.parametrize(
@@ -147,3 +152,22 @@ def test_boxes_by_frame_lists(value, frame_keys, expected):
 def test_as_interval_rejects_non_pairs():
     assert as_interval((1, 2)) == (1.0, 2.0)
     assert as_interval("1-2") is None
+
+
+# The fence pattern before its blanks and language were matched possessively.
+_BACKTRACKING_FENCE = re.compile(r"```[ \t]*([\w+-]*)(?:[^\n`]*\n)?(.*?)```", re.S)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="```` \t\nab+-{}[]1:", max_size=60))
+def test_the_possessive_fence_reads_what_the_backtracking_one_read(text):
+    assert [(m.span(), m.groups()) for m in FENCE.finditer(text)] == [
+        (m.span(), m.groups()) for m in _BACKTRACKING_FENCE.finditer(text)
+    ]
+
+
+def test_an_unclosed_fence_is_read_in_linear_time():
+    with time_limit(20):  # a bound, not a benchmark: "```" + 80,000 letters took 60 s in one regex call
+        assert find_json("```" + "a" * 100_000) is None
+        assert find_json("```" + " " * 100_000) is None
+        assert find_interval("```json\n" + "a" * 100_000 + '{"time": [1, 2]}') == (1.0, 2.0)

@@ -1,10 +1,14 @@
 """WER and ROUGE, computed by hand."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rouge_score import rouge_scorer
 
 from services.reward.extract.normalise import normalise_text, tokens, words
-from services.reward.metrics.rouge import exact_match, rouge_f1_mean
-from services.reward.metrics.wer import edit_distance, word_error_rate
+from services.reward.metrics import wer
+from services.reward.metrics.rouge import UnicodeTokenizer, exact_match, rouge_f1_mean
+from services.reward.metrics.wer import edit_distance, wer_accuracy, word_error_rate
 
 
 @pytest.mark.parametrize(
@@ -82,3 +86,32 @@ def test_unicode_tokens(text, expected):
 )
 def test_rouge_on_any_script(pred, truth, expected):
     assert rouge_f1_mean(pred, truth) == pytest.approx(expected)
+
+
+def test_wer_accuracy_floors_at_zero_and_skips_hopeless_hypotheses(monkeypatch):
+    assert wer_accuracy(["a", "b", "c"], ["a", "x", "c"]) == pytest.approx(2 / 3)
+    assert wer_accuracy(["a"], ["x", "y", "z"]) == 0.0  # WER 3 → 0
+    assert wer_accuracy([], []) == 1.0
+    # twice the reference's length or more: at least len(ref) insertions, WER ≥ 1, no distance computed
+    monkeypatch.setattr(wer, "edit_distance", lambda *_: pytest.fail("computed a hopeless distance"))
+    assert wer_accuracy(["a", "b"], ["a", "b", "a", "b"]) == 0.0
+
+
+_VOCABULARY = [
+    "the", "cat", "cats", "running", "runs", "sat", "on", "mat", "红", "色", "车", "Мужчина", "!", ",",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(_VOCABULARY), max_size=30), st.lists(st.sampled_from(_VOCABULARY), max_size=30)
+)
+def test_rouge_is_rouge_scores_own_computation(pred, truth):
+    """Same numbers as rouge-score's RougeScorer over the same tokenizer (its LCS table, its n-gram
+    counts), to the last bit."""
+    pred, truth = " ".join(pred), " ".join(truth)
+    scores = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=UnicodeTokenizer()).score(
+        truth, pred
+    )
+    expected = (scores["rouge1"].fmeasure + scores["rouge2"].fmeasure + scores["rougeL"].fmeasure) / 3.0
+    assert rouge_f1_mean(pred, truth) == expected

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.reward import InvalidSample, score
+from services.reward import InvalidSample, RewardConfig, score, score_items
 
 
 @pytest.mark.parametrize(
@@ -76,3 +76,29 @@ def test_open_ended(answer, response, accuracy):
 def test_a_truth_without_words_is_refused(kind, answer):
     with pytest.raises(InvalidSample, match=r"sample 'p1': .* has no words, only punctuation"):
         score({"problem_type": kind, "answer": answer, "id": "p1"}, "<answer>???</answer>")
+
+
+# 12,000 distinct words (about 83,000 characters, under MAX_ANSWER_CHARS), and the same text with every
+# 10th word (positions 5, 15, …, 11,995) replaced by a word the reference lacks: 1,200 replacements.
+LONG_REFERENCE = [f"w{i}" for i in range(12_000)]
+LONG_RESPONSE = " ".join("zz" if i % 10 == 5 else word for i, word in enumerate(LONG_REFERENCE))
+# Under the default item_timeout_s (10 s): the tables took 42 s (WER) and 32 s (ROUGE-L) here, on the
+# loaded 2-core machine where the bit-parallel scorers took 0.13 s and 0.5 s.
+LONG = RewardConfig(max_response_chars=200_000)
+
+
+def test_a_long_ocr_item_scores_exactly_within_its_time_limit():
+    # Each replaced word costs one edit and no alignment does better: WER = 1,200/12,000 → 0.9.
+    sample = {"problem_type": "ocr", "answer": " ".join(LONG_REFERENCE)}
+    (result,) = score_items([(sample, LONG_RESPONSE)], LONG)
+    assert result.error is None
+    assert result.accuracy == pytest.approx(0.9)
+
+
+def test_a_long_open_ended_item_scores_exactly_within_its_time_limit():
+    # ROUGE-1: 10,800 of 12,000 tokens shared → P = R = 0.9. ROUGE-L: LCS 10,800 → 0.9.
+    # ROUGE-2: 11,999 distinct bigrams; each interior replacement breaks 2 → 11,999 − 2,400 = 9,599 shared.
+    sample = {"problem_type": "open-ended", "answer": " ".join(LONG_REFERENCE)}
+    (result,) = score_items([(sample, LONG_RESPONSE)], LONG)
+    assert result.error is None
+    assert result.accuracy == pytest.approx((0.9 + 9_599 / 11_999 + 0.9) / 3)
