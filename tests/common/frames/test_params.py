@@ -81,7 +81,9 @@ def test_a_clips_frames_at_min_pixels_must_fit_the_context():
     # qwen2.5-vl: 128,000 tokens x 28^2 pixels x 2 frames a temporal patch = 200,704,000 pixels
     ceiling = 128_000 * 28 * 28 * 2
     VideoParams(fps=None, nframes=8, min_pixels=ceiling // 8)  # exactly the context: accepted
-    with pytest.raises(ValidationError, match="8 frames of at least min_pixels=25088001 are 200704008 pixels"):
+    with pytest.raises(
+        ValidationError, match="8 frames of at least min_pixels=25088001 are 200704008 pixels"
+    ):
         VideoParams(fps=None, nframes=8, min_pixels=ceiling // 8 + 1)
     with pytest.raises(ValidationError, match="lower min_pixels or max_frames"):
         VideoParams(min_pixels=1_000_000)  # 768 frames (the default max_frames) of 1M pixels
