@@ -61,6 +61,7 @@ class LocalActorGroup:
         self.checkpoint = Checkpoint.load(model_path)
         self.source, self.rollout = source, rollout
         self.sequences: list[TokenSequence] = []
+        self.share: list[int] = []
         self._prompts: dict[str, PromptInputs] = {}
 
     # -- a step -----------------------------------------------------------------------------------------
@@ -81,6 +82,7 @@ class LocalActorGroup:
         index = [i for i, g in enumerate(owner) if g in set(picked)]
         wanted = set(share)
         self.sequences = [s for i, s in zip(index, built, strict=True) if i in wanted]
+        self.share = share  # their indices in the step's (group, response) order
         return len(self.sequences)
 
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:

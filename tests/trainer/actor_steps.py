@@ -24,7 +24,7 @@ from services.rollout.config import RolloutConfig
 from services.rollout.samples import RolloutGroup, RolloutResponse, RolloutSample
 from services.trainer.config import TrainConfig
 from services.trainer.group import LocalActorGroup
-from services.trainer.sequences import prompt_inputs, shard
+from services.trainer.sequences import prompt_inputs
 from services.trainer.update import SequenceTargets
 
 FAMILY = "qwen2_5_vl"
@@ -164,7 +164,7 @@ def run_step(
         ran = actor.aligned(micro)
         old = group.log_probs(temperature=1.0)
         every = advantages(groups)
-        share = shard(len(every), group.rank, group.world_size)
+        share = group.share
         metrics = group.update(
             [SequenceTargets(every[i], o) for i, o in zip(share, old, strict=True)], **UPDATE
         )
@@ -173,8 +173,15 @@ def run_step(
         group.shutdown()
     return {
         "initial": initial, "final": final, "old": old, "metrics": metrics,
-        "micro_batches": len(micro), "forwards": len(ran), "local_params": local,
+        "micro_batches": len(micro), "forwards": len(ran), "local_params": local, "share": share,
     }  # fmt: skip
+
+
+def in_step_order(*ranks: dict[str, Any], key: str = "old") -> list[Any]:
+    """The ranks' per-sequence results (``key``) put back in the step's order by the shares they held
+    (whole response groups balanced by tokens, not contiguous halves)."""
+    placed = {i: value for r in ranks for i, value in zip(r["share"], r[key], strict=True)}
+    return [placed[i] for i in range(len(placed))]
 
 
 def spawn_ranks(fn: Any, args: tuple, nprocs: int, timeout_s: float, what: str = "the ranks") -> None:

@@ -12,7 +12,6 @@ import torch
 
 from services.trainer.group import LocalActorGroup
 from services.trainer.offload import HostCopies, local, optimizer_tensors
-from services.trainer.sequences import shard
 from services.trainer.update import SequenceTargets
 from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config
 
@@ -43,7 +42,7 @@ def _steps(
     try:
         group.load_batch(list(world.samples[: len(groups)]), groups)
         every = advantages(groups)
-        share = shard(len(every), group.rank, group.world_size)
+        share = group.share
         for _ in range(2):
             old = group.log_probs(temperature=1.0)
             group.update([SequenceTargets(every[i], o) for i, o in zip(share, old, strict=True)], **UPDATE)
