@@ -72,7 +72,9 @@ KINDS: dict[JobKind, KindSpec] = {
     ),
     # Over the API an eval config may only name files inside the data roots (EvalJobConfig).
     # Retried twice: the run id is the job id, so a retry skips every sample already scored.
-    JobKind.eval: KindSpec("services.eval.config:EvalJobConfig", "reelrl.eval.run", "eval", 2),
+    # One live job per output_dir (when given; the default is the run's own folder), and a folder
+    # earlier jobs used belongs to their owner: a second would overwrite its samples and summaries.
+    JobKind.eval: KindSpec("services.eval.config:EvalJobConfig", "reelrl.eval.run", "eval", 2, "output_dir"),
 }
 
 

@@ -128,7 +128,8 @@ def check_run_folder(folder: Path, marker: str, what: str) -> None:
     fixed names there (``config.yaml``, ``metrics.jsonl``, ``manifest.json``, ...), so any other
     folder's files of those names would be replaced or truncated."""
     check_usable(folder, "Name a new or empty folder.")
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+    folder = folder.resolve()  # a link to a run's folder (a run kept on another disk) is that folder
+    if folder.exists() and not folder.is_dir():
         raise OutputTaken(folder, "exists and is not a folder", "Name a new or empty folder.")
     if not folder.exists() or (folder / marker).is_file():
         return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 import time
 from types import TracebackType
@@ -85,6 +86,16 @@ class _Watchdog:
 
 
 _watchdog = _Watchdog()
+
+
+def _after_fork_in_child() -> None:
+    # A fork copies the Condition's lock as it was (held, if the watchdog thread was inside it) and no
+    # thread: the child starts over with a fresh watchdog and none of the parent's deadlines.
+    global _watchdog
+    _watchdog = _Watchdog()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class time_limit:

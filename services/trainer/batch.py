@@ -72,6 +72,15 @@ class MicroBatch:
     # Padding-free (services/trainer/packing.py): the sequences are one row of real tokens, and
     # ``logits_to_keep`` holds B·R positions of that row (response slot j of sequence b at b·R + j)
     packed: bool = False
+    # The response tokens the loss counts when fewer than all of them (rollout correction's MIS drops
+    # some); None: all. The forward always scores every response token (``response_mask``): a packed
+    # row's scored positions are fixed by it.
+    loss_mask: torch.Tensor | None = None
+
+    @property
+    def counted_mask(self) -> torch.Tensor:
+        """(B, R) the tokens the loss and its normaliser count."""
+        return self.response_mask if self.loss_mask is None else self.loss_mask
 
 
 def pack(shapes: Sequence[tuple[int, int]], token_budget: int) -> list[list[int]]:

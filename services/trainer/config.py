@@ -456,7 +456,14 @@ def rollout_correction_problems(config: TrainConfig) -> list[str]:
     log-probs, which must be of the distribution the actor's forward computes."""
     if not config.algorithm.rollout_correction.enabled:
         return []
-    return behaviour_logprob_problems(config, "algorithm.rollout_correction.enabled")
+    problems = behaviour_logprob_problems(config, "algorithm.rollout_correction.enabled")
+    if config.trainer.off_policy_steps:
+        problems.append(
+            "algorithm.rollout_correction.enabled with trainer.off_policy_steps=1: a lagging batch's ratio "
+            "already divides by the engine's log-probs (its old log-probs are vLLM's), so the correction "
+            "would weigh by 1; turn one of them off"
+        )
+    return problems
 
 
 def behaviour_logprob_problems(config: TrainConfig, what: str) -> list[str]:

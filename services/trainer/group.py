@@ -71,7 +71,9 @@ class LocalActorGroup:
         tokens), loading the frames of its samples only; returns how many it holds."""
         if len(samples) != len(groups):
             raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
-        share = balanced_shares(group_tokens(groups), self.world_size)[self.rank]
+        share = balanced_shares(group_tokens(groups), self.world_size, self.config.actor.mini_batches)[
+            self.rank
+        ]
         owner = [g for g, group in enumerate(groups) for _ in group.responses]
         picked = sorted({owner[i] for i in share})
         built = build_sequences(
@@ -91,7 +93,11 @@ class LocalActorGroup:
             raise ValueError("no reference model: algorithm.kl.mode is off")
         return model.log_probs(self.sequences, temperature=temperature)
 
-    def update(self, targets: Sequence[SequenceTargets], **kwargs: Any) -> dict[str, float]:
+    def update(
+        self, targets: Sequence[SequenceTargets], *, lagging: bool = False, **kwargs: Any
+    ) -> dict[str, float]:
+        """``lagging``: the batch was sampled by older weights and its old log-probs ARE the engine's
+        (trainer.off_policy_steps), so there is no engine/trainer mismatch left to measure."""
         if len(targets) != len(self.sequences):
             raise ValueError(
                 f"{len(targets)} targets for {len(self.sequences)} sequences on rank {self.rank}"
@@ -100,7 +106,7 @@ class LocalActorGroup:
 
         return update_policy(
             self.actor, self.sequences, targets, self.config.algorithm,
-            behaviour_comparable=behaviour_logprobs_comparable(self.config), **kwargs,
+            behaviour_comparable=not lagging and behaviour_logprobs_comparable(self.config), **kwargs,
         )  # fmt: skip
 
     def scheduler_step(self) -> float:

@@ -467,6 +467,7 @@ class Trainer:
                 temperature=temperature,
                 offline_term=self._offline_term(step),
                 offline_weight=cfg.mix.offline_weight,
+                lagging=bool(lag),
             )
         metrics["actor/lr"] = self.group.scheduler_step()
         with timer("gen_ahead_wait"):

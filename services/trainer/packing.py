@@ -26,6 +26,7 @@ is one row of T = ΣL_i tokens:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -257,9 +258,19 @@ def _varlen_kernel(
 
 
 def _flash_ready(query: torch.Tensor, dropout: float = 0.0) -> bool:
-    """PyTorch's variable-length flash kernel can take ``query``: a CUDA tensor in half precision and no
-    dropout (fp32 forwards, e.g. ``compute_dtype: float32``, take the per-sequence path)."""
-    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and not dropout
+    """PyTorch's variable-length flash kernel can take ``query``: a CUDA tensor in half precision on an
+    Ampere or newer GPU, and no dropout (fp32 forwards, e.g. ``compute_dtype: float32``, and older GPUs
+    such as V100 or T4 take the per-sequence path)."""
+    if not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16) or dropout:
+        return False
+    return _flash_capable(
+        query.device.index if query.device.index is not None else torch.cuda.current_device()
+    )
+
+
+@functools.cache
+def _flash_capable(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (8, 0)
 
 
 def register_attention() -> None:

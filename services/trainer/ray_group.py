@@ -462,7 +462,7 @@ class RayActorGroup:
         """Hand every rank the step's samples and groups; each builds its share. Returns the total."""
         if len(samples) != len(groups):
             raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
-        self.shares = balanced_shares(group_tokens(groups), self.world_size)
+        self.shares = balanced_shares(group_tokens(groups), self.world_size, self.config.actor.mini_batches)
         counts = self._call("load_batch", as_dicts(samples), as_dicts(groups))
         if counts != [len(share) for share in self.shares]:
             raise RuntimeError(f"the ranks built {counts} sequences, not their shares' {self.shares}")

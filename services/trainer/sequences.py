@@ -108,15 +108,17 @@ def group_tokens(groups: Sequence[RolloutGroup]) -> list[list[int]]:
     return [[len(g.prompt_token_ids) + len(r.token_ids) for r in g.responses] for g in groups]
 
 
-def balanced_shares(tokens: Sequence[Sequence[int]], world: int) -> list[list[int]]:
+def balanced_shares(tokens: Sequence[Sequence[int]], world: int, min_count: int = 1) -> list[list[int]]:
     """Which sequences each rank scores and updates: indices into the flattened (group, response)
     order, ascending, one list per rank.
 
     Whole groups go to ranks by token count, the largest first to the least-loaded rank (ties: the
     lower rank), so no rank holds far more tokens than another, and so pads fewer dummy micro-batches
     to keep in step (verl balances its sequences by length likewise); a group stays on one rank, which
-    loads its frames and runs its clip's vision pass once for all of its responses. With fewer groups
-    than ranks the sequences are cut into contiguous, near-equal counts instead (:func:`shard`).
+    loads its frames and runs its clip's vision pass once for all of its responses. With fewer
+    (non-empty) groups than ranks, or when a rank would hold fewer than ``min_count`` sequences (the
+    update's mini-batches: every rank must run as many optimizer steps), the sequences are cut into
+    contiguous, near-equal counts instead (:func:`shard`).
 
     Example: groups of tokens [[5, 5], [1, 1], [3, 3], [2]], 2 ranks → weights 10, 2, 6, 2 → rank 0
     takes group 0, rank 1 groups 2, 1 and 3 (6, then 8, then 10): [[0, 1], [2, 3, 4, 5, 6]].
@@ -125,14 +127,17 @@ def balanced_shares(tokens: Sequence[Sequence[int]], world: int) -> list[list[in
     for group in tokens:
         starts.append(total)
         total += len(group)
-    if len(tokens) < world:
-        return [list(shard(total, rank, world)) for rank in range(world)]
+    contiguous = [list(shard(total, rank, world)) for rank in range(world)]
+    groups = [g for g in range(len(tokens)) if tokens[g]]  # an empty group gives a rank nothing
+    if len(groups) < world:
+        return contiguous
     load, owned = [0] * world, [[] for _ in range(world)]
-    for g in sorted(range(len(tokens)), key=lambda i: (-sum(tokens[i]), i)):
+    for g in sorted(groups, key=lambda i: (-sum(tokens[i]), i)):
         rank = min(range(world), key=lambda r: (load[r], r))
         load[rank] += sum(tokens[g])
         owned[rank].append(g)
-    return [[starts[g] + j for g in sorted(groups) for j in range(len(tokens[g]))] for groups in owned]
+    shares = [[starts[g] + j for g in sorted(mine) for j in range(len(tokens[g]))] for mine in owned]
+    return contiguous if any(len(share) < min_count for share in shares) else shares
 
 
 def as_dicts(items: Sequence[Any]) -> list[dict[str, Any]]:

@@ -93,6 +93,7 @@ def update_policy(
             "lower actor.mini_batches or raise data.batch_size x rollout.n"
         )
     sums: dict[str, list[float]] = defaultdict(list)
+    empty = 0
     for _ in range(cfg.ppo_epochs):
         for chunk in split(range(len(sequences)), cfg.mini_batches):
             shares: dict[str, list[float]] = defaultdict(list)
@@ -106,8 +107,13 @@ def update_policy(
                     for mb in micro
                 ]  # fmt: skip
             total = all_reduce_sum(
-                sum(local_normaliser(mb.response_mask, algorithm.loss_agg) for mb in micro).to(torch.float64)
+                sum(local_normaliser(mb.counted_mask, algorithm.loss_agg) for mb in micro).to(torch.float64)
             )
+            if float(total) == 0.0:
+                # nothing left to learn from (MIS dropped every token of the mini-batch, on every rank:
+                # the sum is global, so all ranks skip it together and no collective waits)
+                empty += 1
+                continue
             for mb in actor.aligned(micro):
                 rows = [chunk[i] for i in mb.indices]
                 metrics = _micro_step(
@@ -124,12 +130,14 @@ def update_policy(
             for k, v in _reduce(shares).items():
                 sums[k].append(v)
             sums["grad_norm"].append(actor.step_optimizer())
+    if empty:
+        sums["empty_minibatches"].append(float(empty))
     return _reduce(sums, summed=frozenset())  # a mini-batch's loss is already its micro-batches' sum
 
 
 # Per-micro-batch shares of a mini-batch's loss: their sum is the mini-batch value.
 _SUMMED = frozenset({"pg_loss", "kl_loss", "entropy_loss"})
-_MAXED = frozenset({"rollout_logprob_diff_max", "rollout_corr/ratio_max"})
+_MAXED = frozenset({"rollout_logprob_diff_max", "rollout_corr/ratio_max", "empty_minibatches"})
 _MINNED = frozenset({"rollout_corr/ratio_min"})
 
 
@@ -176,7 +184,7 @@ def _micro_step(
 ) -> dict[str, float]:
     width = mb.response_mask.shape[1]
     metrics_extra: dict[str, float] = {}
-    mask = mb.response_mask.to(actor.device)
+    mask = mb.counted_mask.to(actor.device)  # the tokens the loss counts (MIS may have dropped some)
     log_probs, entropy = actor.forward(mb, temperature=temperature, entropy=True)
     current = log_probs.detach()
     given = torch.tensor([t.old_log_probs is not None for t in tg], device=actor.device)
@@ -196,7 +204,8 @@ def _micro_step(
     if offline_weight != 1.0 and offline.any():
         adv = adv * torch.where(offline, offline_weight, 1.0).unsqueeze(-1)
     if behaviour_comparable:
-        weights, corr_metrics = _rollout_weights(old, mask, seqs, algorithm.rollout_correction)
+        every = mb.response_mask.to(actor.device)  # the mismatch over every sampled token, dropped too
+        weights, corr_metrics = _rollout_weights(old, every, mask, seqs, algorithm.rollout_correction)
         metrics_extra.update(corr_metrics)
         if weights is not None:
             adv = adv * weights  # w >= 0 stop-gradient: loss(w·A) = w·loss(A) token by token
@@ -244,27 +253,42 @@ def _behaviour_grid(
     """The engine's log-probs (B, R) of the sampled responses, and which rows have them (offline
     responses, which no engine sampled, have none)."""
     has = [bool(s.rollout_logprobs) and not s.offline for s in seqs]
+    for s, h in zip(seqs, has, strict=True):
+        if h and len(s.rollout_logprobs) != len(s.response_ids):
+            raise ValueError(
+                f"a response carries {len(s.rollout_logprobs)} engine log-probs for {len(s.response_ids)} "
+                "tokens: the engine must report one per token"
+            )
     grid = pad_rows([list(s.rollout_logprobs) if h else [] for s, h in zip(seqs, has, strict=True)], width)
     return grid.to(device), torch.tensor(has, device=device)
 
 
 def _rollout_weights(
-    old: torch.Tensor, mask: torch.Tensor, seqs: Sequence[TokenSequence], config: RolloutCorrectionConfig
+    old: torch.Tensor,
+    every: torch.Tensor,
+    kept: torch.Tensor,
+    seqs: Sequence[TokenSequence],
+    config: RolloutCorrectionConfig,
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
-    """The rollout correction's token weights (None when it is off; 1 on rows without engine
-    log-probs) and the mismatch metrics of the rows that have them."""
-    behaviour, has = _behaviour_grid(seqs, mask.shape[1], old.device)
-    sampled = mask * has.unsqueeze(-1)
+    """The rollout correction's token weights over the ``kept`` tokens (None when it is off; 1 on rows
+    without engine log-probs) and the mismatch metrics over ``every`` sampled token, so that MIS's
+    drops show in its own metrics."""
+    behaviour, has = _behaviour_grid(seqs, every.shape[1], old.device)
+    sampled = every * has.unsqueeze(-1)
     metrics = mismatch_metrics(old, behaviour, sampled, config)
     if not config.enabled or not has.any():
         return None, metrics
-    weights, _ = correction(ratios(old, behaviour, sampled, config.level), sampled, config)
+    # the ratio over every sampled token (a sequence's product counts its dropped tokens too); the
+    # weight only where the loss counts
+    rho = ratios(old, behaviour, sampled, config.level)
+    weights, _ = correction(rho, kept * has.unsqueeze(-1), config)
     return torch.where(has.unsqueeze(-1), weights, torch.ones_like(weights)), metrics
 
 
 def _drop_outside_band(mb, seqs: Sequence[TokenSequence], tg: Sequence[SequenceTargets], algorithm):
-    """``mb`` with the tokens MIS rejects taken out of its response mask (the old log-probs come from
-    their own pass: ``AlgorithmConfig.needs_old_log_probs``)."""
+    """``mb`` whose ``loss_mask`` leaves out the tokens MIS rejects (the old log-probs come from their
+    own pass: ``AlgorithmConfig.needs_old_log_probs``). The forward still scores every response token:
+    a packed row's scored positions are fixed by ``response_mask``."""
     width = mb.response_mask.shape[1]
     behaviour, has = _behaviour_grid(seqs, width, mb.response_mask.device)
     missing = [
@@ -282,7 +306,7 @@ def _drop_outside_band(mb, seqs: Sequence[TokenSequence], tg: Sequence[SequenceT
     config = algorithm.rollout_correction
     _, keep = correction(ratios(old.to(mask.device), behaviour, sampled, config.level), sampled, config)
     kept = torch.where(has.unsqueeze(-1), keep.to(mask.dtype), mask)
-    return dataclasses.replace(mb, response_mask=mask * kept)
+    return dataclasses.replace(mb, loss_mask=mask * kept)
 
 
 def _rollout_gap(log_probs: torch.Tensor, seqs: Sequence[TokenSequence]) -> dict[str, float]:

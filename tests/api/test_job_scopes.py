@@ -94,3 +94,24 @@ def test_a_train_folder_belongs_to_the_owner_whose_jobs_used_it(make_client, dat
     assert locked.post("/v1/jobs", json=body, headers=bearer(a)).status_code == 202  # A continues its own
     fresh = locked.post("/v1/jobs", json=train_body(data_root, output_dir="runs/b"), headers=bearer(b))
     assert fresh.status_code == 202, fresh.text
+
+
+def test_an_eval_output_dir_is_one_live_jobs_and_its_owners(make_client, data_root):
+    """Another token's eval could name an earlier eval's folder (its manifest.json makes it a run
+    folder) and overwrite its samples and summaries; two live evals could share one."""
+    from tests.api.test_edges import _tiny_model_dir
+
+    locked = make_client(auth="required")
+    a = create_token("eval-a", [Scope.read, Scope.submit])
+    b = create_token("eval-b", [Scope.read, Scope.submit])
+    (data_root / "bench").mkdir()
+    model = str(_tiny_model_dir(data_root))
+    config = {"model": model, "benchmarks": ["mvbench"], "data_root": "bench", "output_dir": "evals/x"}
+    body = {"kind": "eval", "config": config}
+    first = locked.post("/v1/jobs", json=body, headers=bearer(a))
+    assert first.status_code == 202, first.text
+    assert locked.post("/v1/jobs", json=body, headers=bearer(a)).status_code == 409  # live: one at a time
+    assert locked.post(f"/v1/jobs/{first.json()['id']}/cancel", headers=bearer(a)).status_code == 200
+    foreign = locked.post("/v1/jobs", json=body, headers=bearer(b))
+    assert foreign.status_code == 409 and "another owner's eval jobs" in foreign.json()["detail"]
+    assert locked.post("/v1/jobs", json=body, headers=bearer(a)).status_code == 202

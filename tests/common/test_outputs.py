@@ -69,6 +69,8 @@ def test_a_run_folder_is_new_empty_or_marked(tmp_path):
     check_run_folder(tmp_path, ".lock", "training")
     with pytest.raises(OutputTaken, match="exists and is not a folder"):
         check_run_folder(tmp_path / "notes.txt", ".lock", "training")
-    (tmp_path / "link").symlink_to(tmp_path)
+    (tmp_path / "link").symlink_to(tmp_path)  # a link to a run's folder (kept on another disk) is it
+    check_run_folder(tmp_path / "link", ".lock", "training")
+    (tmp_path / "file-link").symlink_to(tmp_path / "notes.txt")
     with pytest.raises(OutputTaken, match="exists and is not a folder"):
-        check_run_folder(tmp_path / "link", ".lock", "training")
+        check_run_folder(tmp_path / "file-link", ".lock", "training")

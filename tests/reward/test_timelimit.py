@@ -62,3 +62,26 @@ def test_no_limit_and_an_exhausted_limit():
         assert _busy(0.01) > 0
     with pytest.raises(ItemTimeout), time_limit(0):
         pytest.fail("a block with no time left must not start")
+
+
+def test_a_forked_child_gets_a_fresh_watchdog():
+    """A fork copies the watchdog's lock as it was (held, if its thread was inside) and not its thread:
+    the child must start over, or its first time limit could wait forever on that lock."""
+    import os
+
+    from services.reward import timelimit
+
+    with timelimit.time_limit(30):  # the parent's watchdog running, a deadline pending
+        parent = timelimit._watchdog
+        pid = os.fork()
+        if pid == 0:  # the child: a new watchdog, no inherited deadline, and limits work
+            ok = timelimit._watchdog is not parent and not timelimit._watchdog._running
+            try:
+                with timelimit.time_limit(0.05):
+                    while True:
+                        pass
+            except timelimit.ItemTimeout:
+                os._exit(0 if ok else 2)
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

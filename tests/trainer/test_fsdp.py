@@ -43,6 +43,12 @@ def test_balanced_shares_give_whole_groups_to_ranks_by_tokens() -> None:
     assert balanced_shares([[4, 4]], 1) == [[0, 1]]
     # fewer groups than ranks: contiguous counts, groups cut (every rank must hold a sequence)
     assert balanced_shares([[9, 9, 9, 9]], 2) == [[0, 1], [2, 3]]
+    # an empty group is no group: two groups, one empty, on two ranks → contiguous
+    assert balanced_shares([[10, 10], []], 2) == [[0], [1]]
+    # a rank below the update's mini-batches (every rank must step as often): contiguous instead
+    uneven = [[3000, 3000], [1000, 1000], [1000, 1000], [1000, 1000]]
+    assert balanced_shares(uneven, 2) == [[0, 1], [2, 3, 4, 5, 6, 7]]
+    assert balanced_shares(uneven, 2, min_count=4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     # every sequence exactly once, every rank at least one, for many shapes
     for world in (1, 2, 3, 4):
         for shape in ([3, 1, 4], [1] * 7, [8], [2, 2, 2, 2, 2]):

@@ -284,3 +284,17 @@ def test_the_vision_tower_runs_each_layer_in_one_attention_call(
     assert len(calls) == len(visual.blocks)  # one call per layer
     assert max(calls) >= 2  # each call held several spans (two clips at least)
     torch.testing.assert_close(after, before, rtol=0, atol=1e-6)
+
+
+def test_the_varlen_kernel_is_chosen_only_where_it_runs(monkeypatch) -> None:
+    """It needs an Ampere or newer GPU, half precision and no dropout; a V100 or T4 (sm70/75), which
+    once fell back to SDPA, must still do."""
+    query = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, device=SimpleNamespace(index=0))
+    for capability, ready in (((7, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)):
+        packing._flash_capable.cache_clear()
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        assert packing._flash_ready(query) is ready, capability
+    assert not packing._flash_ready(query, dropout=0.1)
+    assert not packing._flash_ready(SimpleNamespace(is_cuda=True, dtype=torch.float32, device=query.device))
+    assert not packing._flash_ready(torch.zeros(1, dtype=torch.bfloat16))  # the CPU
+    packing._flash_capable.cache_clear()

@@ -108,19 +108,29 @@ def test_mis_drops_rejected_tokens_from_the_mask_and_tis_weighs_rows_with_engine
     algorithm = AlgorithmConfig(rollout_correction={"enabled": True, "mode": "mis", "band": [0.5, 2.0]})
     dropped = _drop_outside_band(mb, seqs, targets, algorithm)
     # row 0 token 1: ρ = 3 > 2; row 2 token 0: ρ = exp(0 + log 4) = 4 > 2; the offline row keeps its mask
-    assert dropped.response_mask.tolist() == [[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
+    assert dropped.loss_mask.tolist() == [[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
+    assert dropped.counted_mask is dropped.loss_mask
+    assert torch.equal(dropped.response_mask, mask)  # the forward still scores every response token
     with pytest.raises(ValueError, match="needs old log-probs for rows \\[0\\]"):
         _drop_outside_band(mb, seqs, [SequenceTargets(torch.zeros(3), None), *targets[1:]], algorithm)
 
     grid_old = torch.tensor([[0.0, math.log(3.0), 0.0], [-9.0, -9.0, 0.0], [0.0, 0.0, 0.0]])
     tis = RolloutCorrectionConfig(enabled=True, mode="tis", cap=2.0)
-    weights, metrics = _rollout_weights(grid_old, mask, seqs, tis)
+    weights, metrics = _rollout_weights(grid_old, mask, mask, seqs, tis)
     torch.testing.assert_close(weights, torch.tensor([[1.0, 2.0, 1.0], [1.0, 1.0, 1.0], [2.0, 1.0, 0.0]]))
     # over the 5 sampled tokens: ρ 1, 3, 1, 4, 1
     assert metrics["rollout_corr/ratio_mean"] == pytest.approx(10 / 5)
     assert metrics["rollout_corr/clipped_frac"] == pytest.approx(2 / 5)
-    off, metrics_off = _rollout_weights(grid_old, mask, seqs, RolloutCorrectionConfig())
+    off, metrics_off = _rollout_weights(grid_old, mask, mask, seqs, RolloutCorrectionConfig())
     assert off is None and metrics_off == metrics  # reported with the correction off too
+    # MIS: weights on the kept tokens only, metrics over every sampled one (its drops visible)
+    mis = RolloutCorrectionConfig(enabled=True, mode="mis", band=(0.5, 2.0))
+    weights, metrics = _rollout_weights(grid_old, mask, dropped.loss_mask, seqs, mis)
+    torch.testing.assert_close(weights, torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]))
+    assert metrics["rollout_corr/clipped_frac"] == pytest.approx(2 / 5)
+    assert metrics["rollout_corr/ratio_max"] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="carries 2 engine log-probs for 3 tokens"):
+        _rollout_weights(grid_old, mask, mask, [_sequence(3, [0.0, 0.0]), *seqs[1:]], tis)
 
 
 def test_the_config_refuses_what_it_cannot_correct() -> None:
@@ -145,6 +155,10 @@ def test_a_correction_needs_engine_log_probs_of_the_actors_distribution(tmp_path
         None, [*overrides, "rollout.engine.logprobs_mode=processed_logprobs", *_minimal(tmp_path)]
     )
     assert fine.algorithm.rollout_correction.enabled
+    lagging = ["algorithm.rollout_correction.enabled=true", "trainer.off_policy_steps=1"]
+    lagging += ["rollout.engine.enable_sleep_mode=false", "rollout.placement=disaggregated"]
+    with pytest.raises(ConfigError, match="would weigh by 1; turn one of them off"):
+        load_config(None, [*lagging, *_minimal(tmp_path)])
 
 
 def _minimal(tmp_path) -> list[str]:
@@ -155,3 +169,66 @@ def _minimal(tmp_path) -> list[str]:
         f"actor.model_path={tmp_path}",
         f"trainer.output_dir={tmp_path / 'o'}",
     ]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from services.common.tiny_models import build_tiny_model
+
+    return build_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("mis") / "m", seed=0)
+
+
+def _update(model, padding_free: bool, shift: dict[tuple[int, int], float]) -> tuple[dict, dict]:
+    """One MIS update of a fresh actor on three text sequences whose engine log-probs equal the
+    actor's except at ``shift`` (row, token) → log-ratio; returns the metrics and the new weights."""
+    from services.trainer.actor import Actor
+    from services.trainer.config import ActorConfig
+    from services.trainer.update import update_policy
+
+    torch.manual_seed(0)
+    actor = Actor(ActorConfig(model_path=str(model), padding_free=padding_free), total_steps=1, device="cpu")
+    seqs = [
+        TokenSequence(PromptInputs(f"p{i}", [5 + i, 6, 7]), [10 + i, 11, 12, 13][: 2 + i]) for i in range(3)
+    ]
+    old = actor.log_probs(seqs, temperature=1.0)
+    seqs = [
+        TokenSequence(
+            s.prompt, s.response_ids, False, [float(v) - shift.get((i, j), 0.0) for j, v in enumerate(o)]
+        )
+        for i, (s, o) in enumerate(zip(seqs, old, strict=True))
+    ]
+    targets = [SequenceTargets(torch.linspace(-1, 1, len(o)), o) for o in old]
+    algorithm = AlgorithmConfig(kl={"mode": "off"}, rollout_correction={"enabled": True, "mode": "mis"})
+    metrics = update_policy(
+        actor, seqs, targets, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
+        offline_term="likelihood", behaviour_comparable=True,
+    )  # fmt: skip
+    return metrics, {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
+
+
+@pytest.mark.integration
+def test_mis_on_packed_rows_updates_like_padded_ones(tiny_model) -> None:
+    """MIS dropping a token of a packed row crashed the forward (its scored positions come from the
+    response mask); the drop now lives in the loss mask, and packed equals padded."""
+    shift = {(1, 1): 2.0}  # ρ = e^2 > 2: dropped
+    packed, packed_weights = _update(tiny_model, True, shift)
+    padded, padded_weights = _update(tiny_model, False, shift)
+    assert packed["rollout_corr/clipped_frac"] == pytest.approx(1 / 9) == padded["rollout_corr/clipped_frac"]
+    assert packed["pg_loss"] == pytest.approx(padded["pg_loss"], abs=1e-6)
+    assert packed["grad_norm"] == pytest.approx(padded["grad_norm"], rel=1e-5)
+    assert max(float((packed_weights[k] - padded_weights[k]).abs().max()) for k in packed_weights) < 1e-6
+
+
+@pytest.mark.integration
+def test_mis_dropping_a_whole_mini_batch_skips_it(tiny_model) -> None:
+    """Every token outside the band: the normaliser was 0 and the update raised; now nothing is learnt
+    from the mini-batch and the run goes on."""
+    from services.trainer.actor import Actor
+    from services.trainer.config import ActorConfig
+
+    torch.manual_seed(0)
+    fresh = Actor(ActorConfig(model_path=str(tiny_model)), total_steps=1, device="cpu")
+    before = {k: v.detach().clone() for k, v in fresh.model.state_dict().items()}
+    metrics, after = _update(tiny_model, False, {(i, j): 3.0 for i in range(3) for j in range(4)})
+    assert metrics["empty_minibatches"] == 1 and "pg_loss" not in metrics and "grad_norm" not in metrics
+    assert all(torch.equal(before[k], after[k]) for k in before)  # not even AdamW's decay moved them
