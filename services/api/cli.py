@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from services.api.client import ApiClient, ApiError, format_detail
+from services.common.json_lines import RecordError, check_text
 from services.common.text import plain, visible
 
 console = Console(stderr=True)
@@ -68,7 +69,6 @@ def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
 
     Raises ``ValueError`` naming the file, line and reason for a file that is not a mapping."""
     from services.common.config_files import merge_overrides, read_yaml_mapping
-    from services.common.json_lines import check_text
 
     base = read_yaml_mapping(path) if path is not None else {}
     data = merge_overrides(base, overrides, "video_params.fps=4")  # non-finite numbers: the API's 422 too
@@ -76,14 +76,6 @@ def load_job_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
         raise ValueError(f"{path}: a job config is a mapping")
     check_text(data)  # a lone surrogate could not even be sent
     return data
-
-
-def _sendable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # undecodable command-line bytes arrive as lone surrogates
-        return False
-    return True
 
 
 def submit_command(
@@ -107,7 +99,9 @@ def submit_command(
     except (ValueError, OSError) as exc:
         console.print(f"[red]{plain(exc)}[/red]", soft_wrap=True)
         return 2
-    if key is not None and not _sendable(key):
+    try:
+        check_text(key)  # undecodable command-line bytes arrive as lone surrogates
+    except RecordError:
         console.print(f"[red]--key {key!a} is not UTF-8 text[/red]")
         return 2
     key = key or f"reelrl-submit-{uuid.uuid4().hex}"

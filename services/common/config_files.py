@@ -112,11 +112,13 @@ def merge_overrides(
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from services.common.json_lines import RecordError, check_text
+
     for item in overrides:
         key, sep, _ = item.partition("=")
         try:
-            item.encode("utf-8")
-        except UnicodeEncodeError:  # bytes of another encoding on the command line: no text
+            check_text(item)  # bytes of another encoding on the command line arrive as lone surrogates
+        except RecordError:
             raise ConfigFileError(f"override {item!r} is not UTF-8 text") from None
         if not sep:
             raise ConfigFileError(f"override {item!r} is not key=value (e.g. {example})")

@@ -16,7 +16,7 @@ from services.common.data_roots import inside_roots, job_roots
 from services.common.frames import VideoParams
 from services.common.job_bounds import check_samples
 from services.common.jobs import JobSettings
-from services.common.outputs import OutputTaken, check_output_file
+from services.common.outputs import OutputTaken, check_output_file, check_usable
 from services.preprocess.dataset import InputError, failed_path, resolve_video
 
 _NEW_OUT = "A job writes only new files or its kind's earlier outputs: choose a new out."
@@ -49,11 +49,8 @@ class PreprocessJobConfig(BaseModel):
     @classmethod
     def _out_inside_roots(cls, value: Path, info: ValidationInfo) -> Path:
         path = inside_roots(value, job_roots())
-        try:
-            is_dir = path.is_dir()
-        except OSError as exc:  # a name too long for the file system
-            raise ValueError(f"{value}: cannot be written ({exc.strerror})") from None
-        if is_dir:
+        check_usable(path, _NEW_OUT)  # a name too long, a path under a file: before looking at it
+        if path.is_dir():
             raise ValueError(f"{value}: is a directory; name the output JSONL file")
         dataset = info.data.get("dataset")
         if dataset is not None and dataset in (path, failed_path(path)):

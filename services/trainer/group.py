@@ -81,7 +81,8 @@ class LocalActorGroup:
             self.rollout,
         )  # fmt: skip
         # the picked groups' sequences, by their flattened index in the whole step
-        index = [i for i, g in enumerate(owner) if g in set(picked)]
+        chosen = set(picked)
+        index = [i for i, g in enumerate(owner) if g in chosen]
         wanted = set(share)
         self.sequences = [s for i, s in zip(index, built, strict=True) if i in wanted]
         self.share = share  # their indices in the step's (group, response) order
