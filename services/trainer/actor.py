@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from services.rollout.consistency import position_ids
-from services.trainer import packing
+from services.trainer import packing, ulysses
 from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
@@ -99,6 +99,9 @@ class PolicyModel:
         self.trainable = trainable
         self._host = HostCopies()  # what offload() parked
         self.rank, self.world_size = distributed()
+        # actor.ulysses_size: groups of consecutive ranks share their sequences, each holding a slice of
+        # every packed row (services/trainer/ulysses.py); the data-parallel world is world / ulysses_size
+        self.dp_rank, self.dp_size = ulysses.data_parallel(self.rank, self.world_size, config.ulysses_size)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.compute_dtype = torch_dtype(config.compute_dtype)
         self.param_dtype = torch_dtype(config.param_dtype) if trainable else self.compute_dtype
@@ -110,6 +113,10 @@ class PolicyModel:
             model.to(self.device)
             own_storage(model)
         self.hf_config = model.config
+        self.sequence_parallel = None
+        if config.ulysses_size > 1:
+            ulysses.check_model(model, config.ulysses_size)
+            self.sequence_parallel = ulysses.new_group(config.ulysses_size)
         if trainable and config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if trainable and config.freeze_vision:
@@ -207,6 +214,13 @@ class PolicyModel:
             for g in groups
         ]
 
+    def data_parallel_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """Sum over the data-parallel ranks: with ``actor.ulysses_size`` the ranks of a group hold the
+        same sequences, so only the first of each group contributes (a normaliser counts them once)."""
+        if self.sequence_parallel is not None and self.sequence_parallel.rank:
+            value = torch.zeros_like(value)
+        return all_reduce_sum(value)
+
     def aligned(self, micro: list[MicroBatch]) -> list[MicroBatch]:
         """``micro`` padded to the largest count on any rank with dummy repeats of its last micro-batch:
         every FSDP forward gathers parameters collectively, so all ranks must run as many (a rank that
@@ -239,6 +253,14 @@ class PolicyModel:
         # grid's row-major order: the head pays for no padding), put back into the grid below
         rows = mask.reshape(-1).nonzero().squeeze(-1) if mb.packed else None
         scored, scored_mask = (targets, mask) if rows is None else (targets.reshape(-1)[rows], None)
+        keep = mb.logits_to_keep.to(self.device)
+        split: Any = contextlib.nullcontext()
+        sp = self.sequence_parallel
+        if sp is not None:  # this rank scores the response tokens predicted inside its slice of the row
+            length = int(inputs["input_ids"].shape[1])
+            mine, counts = sp.local_rows(keep, length)
+            keep, scored = keep[mine] - sp.span(length)[0], scored[mine]
+            split = ulysses.split_sequence(self.model, sp, length)
         chunk = self.config.logprob_chunk_tokens
         head: Any = contextlib.nullcontext()
         if chunk is not None:
@@ -246,12 +268,16 @@ class PolicyModel:
                 self.model, scored, torch.ones_like(scored) if scored_mask is None else scored_mask,
                 temperature=temperature, chunk_tokens=chunk, entropy=entropy,
             )  # fmt: skip
-        keep = mb.logits_to_keep.to(self.device)
         if self._vision is None:
-            with self._compute(), shared_vision(self.model, inputs, mb.repeats), head:
+            with self._compute(), shared_vision(self.model, inputs, mb.repeats), split, head:
                 out = self.model(**inputs, logits_to_keep=keep, use_cache=False)
         else:
-            with self._vision.around(inputs) as zero, shared_vision(self.model, inputs, mb.repeats), head:
+            with (
+                self._vision.around(inputs) as zero,
+                shared_vision(self.model, inputs, mb.repeats),
+                split,
+                head,
+            ):
                 out = self.model(**inputs, logits_to_keep=keep, use_cache=False)
         if chunk is not None:  # log-prob, entropy
             scores = out.logits.reshape(*scored.shape, 2)
@@ -263,6 +289,12 @@ class PolicyModel:
             logp_all = torch.log_softmax(logits, dim=-1)
             logp = logp_all.gather(-1, scored.unsqueeze(-1)).squeeze(-1)
             ent = entropy_from_logits(logits) if entropy else None
+        if sp is not None:  # every rank of the group: the scores of the whole micro-batch
+            if ent is None:
+                logp = ulysses.gather_rows(logp, counts, sp)
+            else:
+                both = ulysses.gather_rows(torch.stack([logp, ent], dim=-1), counts, sp)
+                logp, ent = both[..., 0], both[..., 1]
         if rows is not None:
             logp = _to_grid(logp, rows, targets.shape)
             ent = None if ent is None else _to_grid(ent, rows, targets.shape)

@@ -119,6 +119,12 @@ class ActorConfig(_Section):
         description="pack each micro-batch's sequences into one row of real tokens, attention kept "
         "within each sequence (micro_batch_tokens then counts real tokens; docs/training.md)",
     )
+    ulysses_size: Literal[1, 2, 4, 8] = Field(
+        1,
+        description="ranks that split each packed row's tokens, swapping sequence for heads around "
+        "attention (Ulysses sequence parallelism; needs padding_free, divides world_size; the data-"
+        "parallel world is world_size / ulysses_size; docs/training.md)",
+    )
     # 1,024 rows × Qwen's 152,064-token vocabulary × 4 B ≈ 0.62 GB of fp32 logits a chunk (forward and
     # backward hold about two such buffers at a time), against ≈ 10 GB for 16,384 response tokens at
     # once; a chunk's head matmul is still a large one (2 × 1,024 × 3,584 × 152,064 ≈ 1.1·10¹² FLOPs at
@@ -173,6 +179,19 @@ class ActorConfig(_Section):
                 f"actor.fsdp_size={self.fsdp_size} must divide actor.world_size={self.world_size} (ranks "
                 "per sharding group, e.g. the GPUs of one node); null shards over all ranks"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _sequence_parallel(self) -> ActorConfig:
+        # the model's head counts are checked at load (services/trainer/ulysses.py, check_model)
+        u = self.ulysses_size
+        if u > 1 and self.world_size % u:
+            raise ValueError(
+                f"actor.ulysses_size={u} must divide actor.world_size={self.world_size}: each group of {u} "
+                f"ranks splits its sequences (set world_size to a multiple of {u}, or a smaller ulysses_size)"
+            )
+        if u > 1 and not self.padding_free:
+            raise ValueError(f"actor.ulysses_size={u} splits packed rows: set actor.padding_free: true")
         return self
 
     @model_validator(mode="after")
@@ -342,11 +361,12 @@ class TrainConfig(_Section):
         problems += fleet_problems(self)
         problems += off_policy_problems(self)
         problems += rollout_correction_problems(self)
-        if self.data.batch_size % self.actor.world_size and self.actor.world_size > 1:
-            problems.append(
-                f"data.batch_size={self.data.batch_size} must divide among actor.world_size="
-                f"{self.actor.world_size} ranks"
-            )
+        slots = self.actor.world_size // self.actor.ulysses_size  # a sequence-parallel group is one
+        if self.data.batch_size % slots and slots > 1:
+            ranks = f"actor.world_size={self.actor.world_size} ranks"
+            if self.actor.ulysses_size > 1:
+                ranks = f"{slots} data-parallel groups (actor.world_size={self.actor.world_size} / ulysses_size={self.actor.ulysses_size})"
+            problems.append(f"data.batch_size={self.data.batch_size} must divide among {ranks}")
         if problems:
             raise ValueError("; ".join(problems))
         validate_algorithm(

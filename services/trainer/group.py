@@ -23,10 +23,10 @@ from services.trainer.actor import Actor, PolicyModel, distributed
 from services.trainer.batch import PromptInputs, TokenSequence
 from services.trainer.config import TrainConfig
 from services.trainer.sequences import (
-    balanced_shares,
     build_sequences,
     group_tokens,
     offline_sequences,
+    rank_shares,
     shard,
 )
 from services.trainer.update import SequenceTargets, update_policy
@@ -71,7 +71,8 @@ class LocalActorGroup:
         tokens), loading the frames of its samples only; returns how many it holds."""
         if len(samples) != len(groups):
             raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
-        share = balanced_shares(group_tokens(groups), self.world_size, self.config.actor.mini_batches)[
+        actor = self.config.actor
+        share = rank_shares(group_tokens(groups), self.world_size, actor.mini_batches, actor.ulysses_size)[
             self.rank
         ]
         owner = [g for g, group in enumerate(groups) for _ in group.responses]
@@ -146,17 +147,16 @@ class LocalActorGroup:
     ) -> None:
         """Supervised steps on ``offline_output`` (token-mean NLL over the whole batch, across ranks),
         with an AdamW of their own: RL's optimizer and schedule start fresh afterwards."""
-        from services.trainer.actor import all_reduce_sum
-
         rng = random.Random(seed)
         params = [p for p in self.actor.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         for step in range(1, steps + 1):
             batch = rng.sample(list(samples), min(batch_size, len(samples)))
-            mine = [batch[i] for i in shard(len(batch), self.rank, self.world_size)]
+            mine = [batch[i] for i in shard(len(batch), self.actor.dp_rank, self.actor.dp_size)]
             sequences = offline_sequences(mine, self.checkpoint, self.source, self.rollout, self._prompts)
             micro = self.actor.micro_batches(sequences, self.actor.positions(sequences))
-            total = all_reduce_sum(torch.tensor(sum(float(mb.response_mask.sum()) for mb in micro)))
+            counted = torch.tensor(sum(float(mb.response_mask.sum()) for mb in micro))
+            total = self.actor.data_parallel_sum(counted)
             nll = 0.0
             for mb in self.actor.aligned(micro):
                 logp, _ = self.actor.forward(mb)

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from services.trainer import ulysses
 from services.trainer.batch import MicroBatch, TokenSequence, add_vision
 
 ATTENTION = "reelrl_varlen"
@@ -175,11 +176,19 @@ def varlen_attention(
         raise ValueError(f"a packed batch is one row, got {query.shape[0]}: its boundaries would be misread")
     if kwargs.get("sliding_window") is not None:
         raise NotImplementedError("sliding-window attention over packed rows is not supported")
-    if _flash_ready(query, dropout):
-        return _varlen_kernel(query, key, value, kwargs, scaling, causal=True, gqa=_gqa(module)), None
-    # the edges as plain ints, made once on the host (``cu`` on a GPU would cost a sync per layer)
-    edges = kwargs.get(EDGES) or cu.tolist()
-    return _per_sequence_sdpa(query, key, value, edges, dropout, scaling, causal=True, gqa=_gqa(module)), None
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        gqa = q.shape[1] != k.shape[1]  # no mask: SDPA repeats no K/V for the heads
+        if _flash_ready(q, dropout):
+            return _varlen_kernel(q, k, v, kwargs, scaling, causal=True, gqa=gqa)
+        # the edges as plain ints, made once on the host (``cu`` on a GPU would cost a sync per layer)
+        edges = kwargs.get(EDGES) or cu.tolist()
+        return _per_sequence_sdpa(q, k, v, edges, dropout, scaling, causal=True, gqa=gqa)
+
+    group = kwargs.get(ulysses.KEY)
+    if group is not None:  # this rank's slice of the row: the whole row for 1/u of the heads
+        return ulysses.attend(query, key, value, group, run), None
+    return run(query, key, value), None
 
 
 def vision_attention(
@@ -205,13 +214,8 @@ def vision_attention(
     if cu is None or query.shape[0] != 1:
         raise ValueError("the vision tower's attention needs one row of spans and their cu_seq_lens_q")
     if _flash_ready(query, dropout):
-        return _varlen_kernel(query, key, value, kwargs, scaling, causal=False, gqa=_gqa(module)), None
+        return _varlen_kernel(query, key, value, kwargs, scaling, causal=False, gqa=False), None
     return _per_sequence_sdpa(query, key, value, cu.tolist(), dropout, scaling, causal=False, gqa=False), None
-
-
-def _gqa(module: Any) -> bool:
-    # no mask: SDPA repeats no K/V for the heads
-    return getattr(module, "num_key_value_groups", 1) > 1
 
 
 def _per_sequence_sdpa(

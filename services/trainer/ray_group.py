@@ -30,7 +30,7 @@ from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 from services.trainer.config import TrainConfig
-from services.trainer.sequences import as_dicts, balanced_shares, group_tokens
+from services.trainer.sequences import as_dicts, group_tokens, rank_shares
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 
 log = logging.getLogger(__name__)
@@ -462,11 +462,14 @@ class RayActorGroup:
         """Hand every rank the step's samples and groups; each builds its share. Returns the total."""
         if len(samples) != len(groups):
             raise ValueError(f"{len(samples)} samples for {len(groups)} response groups")
-        self.shares = balanced_shares(group_tokens(groups), self.world_size, self.config.actor.mini_batches)
+        actor = self.config.actor
+        self.shares = rank_shares(
+            group_tokens(groups), self.world_size, actor.mini_batches, actor.ulysses_size
+        )
         counts = self._call("load_batch", as_dicts(samples), as_dicts(groups))
         if counts != [len(share) for share in self.shares]:
             raise RuntimeError(f"the ranks built {counts} sequences, not their shares' {self.shares}")
-        return sum(counts)
+        return sum(counts[:: actor.ulysses_size])  # a sequence-parallel group's ranks share one share
 
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
         """Per-sequence log-probs of the whole step, in order."""
@@ -479,14 +482,15 @@ class RayActorGroup:
         return [by_index[i] for i in range(len(by_index))]
 
     def update(self, targets: Sequence[SequenceTargets], **kwargs: Any) -> dict[str, float]:
-        total = sum(len(share) for share in self.shares)
+        total = sum(len(share) for share in self.shares[:: self.config.actor.ulysses_size])
         if len(targets) != total:
             raise ValueError(f"{len(targets)} targets for the {total} sequences of the step")
         refs = [
             w.update.remote([targets[i] for i in share], kwargs)
             for share, w in zip(self.shares, self.workers, strict=True)
         ]
-        return combine_rank_metrics(self._gather(refs, "update"))
+        # the ranks of a sequence-parallel group report the same sequences' shares: count one of each
+        return combine_rank_metrics(self._gather(refs, "update")[:: self.config.actor.ulysses_size])
 
     def scheduler_step(self) -> float:
         return self._call("scheduler_step")[0]

@@ -140,5 +140,16 @@ def balanced_shares(tokens: Sequence[Sequence[int]], world: int, min_count: int 
     return contiguous if any(len(share) < min_count for share in shares) else shares
 
 
+def rank_shares(
+    tokens: Sequence[Sequence[int]], world: int, min_count: int = 1, ulysses_size: int = 1
+) -> list[list[int]]:
+    """Each rank's share: :func:`balanced_shares` over the data-parallel slots, the ``ulysses_size``
+    consecutive ranks of a sequence-parallel group holding the same one (they split its rows).
+
+    Example: 4 ranks in groups of 2, slots' shares [[0, 1], [2]] → [[0, 1], [0, 1], [2], [2]]."""
+    slots = balanced_shares(tokens, world // ulysses_size, min_count)
+    return [slots[rank // ulysses_size] for rank in range(world)]
+
+
 def as_dicts(items: Sequence[Any]) -> list[dict[str, Any]]:
     return [i.model_dump() for i in items]

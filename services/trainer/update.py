@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.trainer.actor import Actor, all_reduce_sum
+from services.trainer.actor import Actor
 from services.trainer.algorithms import (
     AlgorithmConfig,
     KLMode,
@@ -106,7 +106,7 @@ def update_policy(
                                        [targets[chunk[i]] for i in mb.indices], algorithm)
                     for mb in micro
                 ]  # fmt: skip
-            total = all_reduce_sum(
+            total = actor.data_parallel_sum(
                 sum(local_normaliser(mb.counted_mask, algorithm.loss_agg) for mb in micro).to(torch.float64)
             )
             if float(total) == 0.0:

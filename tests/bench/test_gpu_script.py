@@ -5,6 +5,7 @@ pure parts of its figures against hand-computed values; its results file and whe
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,6 +28,10 @@ ACTOR_KEYS = (
     "tokens", "params_b", "steps", "vision_forward_s", "vision_forward_device_s", "vision_attention_calls",
     "offload_params_gib", "offload_grads_gib", "offload_optimizer_gib", "offload_device_freed_gib",
     "offload_reloaded_gib",
+    # packed (the steps) against padded (--padded-steps): model FLOPs over each layout's time
+    "logprob_tflops", "logprob_mfu", "update_tflops", "update_mfu", "logprob_s_padded", "logprob_mfu_padded",
+    "update_s_padded", "update_mfu_padded", "update_peak_memory_gib_padded", "vision_attention_calls_padded",
+    "micro_batch_tokens", "offload_optimizer", "peak_tflops",
 )  # fmt: skip
 
 
@@ -66,6 +71,15 @@ def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
         parked + figures["gpu_actor_offload_grads_gib"]
     )
     assert figures["gpu_actor_offload_device_freed_gib"] == 0  # the CPU: host and device are one memory
+    # the same model FLOPs over each pass's time; no peak is known for a CPU, so no MFU
+    assert figures["gpu_actor_logprob_tflops"] > 0 and figures["gpu_actor_update_tflops"] > 0
+    assert all(
+        math.isnan(figures[f"gpu_actor_{k}"]) for k in ("update_mfu", "logprob_mfu", "update_mfu_padded")
+    )
+    # the padded layout's tower counted too; on a CPU both layouts run SDPA once per window (the
+    # one-call kernel is a GPU's), so the counts agree here
+    assert figures["gpu_actor_vision_attention_calls_padded"] == figures["gpu_actor_vision_attention_calls"]
+    assert figures["gpu_actor_update_s_padded"] > 0 and figures["gpu_actor_micro_batch_tokens"] == 16384
     assert set(figures[LOAD_KEY]) == {"start", "end"}
     assert figures[ENVIRONMENT_KEY]["device"] == "cpu" and figures[ENVIRONMENT_KEY]["torch"]
 
