@@ -74,6 +74,22 @@ def train(
 
 
 @app.command()
+def export(
+    checkpoint: Path = typer.Argument(..., help="A checkpoints/step_NNNNNN folder of a training run."),
+    out: Path = typer.Argument(..., help="The folder to write (must not exist, or be empty)."),
+    merge: bool = typer.Option(
+        False,
+        "--merge",
+        help="LoRA: merge the adapters into the base (an HF model) instead of a peft folder.",
+    ),
+) -> None:
+    """A checkpoint as a model others load: bf16 HF model, or a LoRA run's peft adapter folder."""
+    from services.trainer.export import export_command
+
+    raise typer.Exit(export_command(checkpoint, out, merge))
+
+
+@app.command()
 def demo(
     folder: Path = typer.Option(
         None, "--dir", help="Where the demo's data and runs go (default: $REELRL_HOME/demo)."

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from services.rollout.consistency import position_ids
-from services.trainer import packing, ulysses
+from services.trainer import lora, packing, ulysses
 from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
@@ -92,7 +92,11 @@ class PolicyModel:
     ``compute_dtype`` (nothing steps it, so nothing is lost). Either way the forwards compute in
     ``compute_dtype``."""
 
-    def __init__(self, config: ActorConfig, *, trainable: bool, device: str | None = None) -> None:
+    def __init__(
+        self, config: ActorConfig, *, trainable: bool, device: str | None = None, adapter: Path | None = None
+    ) -> None:
+        """``adapter``: a checkpoint's LoRA adapter folder to start from (``actor.lora``; resuming),
+        else fresh adapters."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.config = config
@@ -105,13 +109,21 @@ class PolicyModel:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.compute_dtype = torch_dtype(config.compute_dtype)
         self.param_dtype = torch_dtype(config.param_dtype) if trainable else self.compute_dtype
+        # actor.lora (services/trainer/lora.py): a frozen base, stored in the compute dtype as a frozen
+        # reference is; only the adapters are trained, in param_dtype
+        self.lora = config.lora if trainable else None
+        if self.lora is not None:
+            lora.check_quantize(self.lora, self.device)
+        stored = self.compute_dtype if self.lora is not None else self.param_dtype
         self.processor = AutoProcessor.from_pretrained(config.model_path)
         if self.world_size > 1:  # parameters on meta until each rank reads its shards (_shard)
-            model = empty_model(config.model_path, self.param_dtype)
+            model = empty_model(config.model_path, stored)
         else:
-            model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=self.param_dtype)
+            model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=stored)
             model.to(self.device)
             own_storage(model)
+        if self.lora is not None:
+            lora.inject(model, self.lora, self.param_dtype)
         self.hf_config = model.config
         self.sequence_parallel = None
         if config.ulysses_size > 1:
@@ -119,7 +131,7 @@ class PolicyModel:
             self.sequence_parallel = ulysses.new_group(config.ulysses_size)
         if trainable and config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if trainable and config.freeze_vision:
+        if trainable and config.freeze_vision and self.lora is None:  # LoRA: actor.lora.vision decides
             for p in model.model.visual.parameters():
                 p.requires_grad_(False)
         if not trainable:
@@ -129,6 +141,10 @@ class PolicyModel:
             model.train()
         if self.world_size > 1:
             self._shard(model)
+        if self.lora is not None:  # allocated by now (on meta until _shard under FSDP)
+            lora.init_adapters(model, self.param_dtype)
+            if adapter is not None:
+                lora.load_adapter(model, adapter)
         self.model = model
         self.pad_id = int(self.processor.tokenizer.pad_token_id or 0)
         self._vision = VisionDummies(model, self.compute_dtype) if self.world_size > 1 else None
@@ -310,12 +326,14 @@ class PolicyModel:
     ) -> list[torch.Tensor]:
         """Per-sequence log-probs (each ``(R_i,)``, float32, on CPU), in order."""
         out: list[torch.Tensor | None] = [None] * len(sequences)
-        for mb in self.aligned(self.micro_batches(sequences, self.positions(sequences))):
-            logp, _ = self.forward(mb, temperature=temperature)
-            if mb.dummy:
-                continue
-            for row, i in enumerate(mb.indices):
-                out[i] = logp[row, : len(sequences[i].response_ids)].detach().cpu()
+        # scoring samples no dropout (LoRA's, actor.lora.dropout): the update's passes do
+        with _eval_mode(self.model):
+            for mb in self.aligned(self.micro_batches(sequences, self.positions(sequences))):
+                logp, _ = self.forward(mb, temperature=temperature)
+                if mb.dummy:
+                    continue
+                for row, i in enumerate(mb.indices):
+                    out[i] = logp[row, : len(sequences[i].response_ids)].detach().cpu()
         return out  # type: ignore[return-value]
 
     # -- offload ------------------------------------------------------------------------------------
@@ -334,6 +352,9 @@ class PolicyModel:
     def full_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """Every tensor, gathered (all ranks must call; rank 0 gets the tensors, others an empty dict),
         floating ones cast to ``dtype`` (None: as stored, i.e. the master weights, for a checkpoint)."""
+        if self.lora is not None:  # the merged weights, one at a time (all ranks gather each)
+            state = {k: _cast(_full(v), dtype) for k, v in self.push_state().items()}
+            return {k: v.cpu() for k, v in state.items()} if self.rank == 0 else {}
         if self.world_size == 1:
             return {k: _cast(v.detach(), dtype) for k, v in self.model.state_dict().items()}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -348,20 +369,30 @@ class PolicyModel:
         this rank's device: for a sender that streams them in buckets instead of gathering the whole
         model. Under FSDP each tensor is all-gathered, so every rank must run the iterator to its end
         in step (every rank receives every tensor; rank 0 would usually be the one that sends)."""
-        for name, value in self.model.state_dict().items():
+        for name, value in self.push_state().items():
             yield name, _cast(_full(value), dtype)
 
-    def save_pretrained(self, folder: Path) -> Path | None:
-        """An HF-format checkpoint (weights as stored, config, processor, chat template) that
+    @staticmethod
+    def gather(value: torch.Tensor) -> torch.Tensor:
+        """One state-dict tensor whole (a collective for a sharded one: every rank calls)."""
+        return _full(value)
+
+    def push_state(self) -> dict[str, Any]:
+        """The tensors the engine and a checkpoint's ``model/`` get, by state-dict key: the state dict,
+        or with ``actor.lora`` its merged view (:func:`services.trainer.lora.merged_state`)."""
+        return lora.push_state(self.model)
+
+    def save_pretrained(self, folder: Path, dtype: torch.dtype | None = None) -> Path | None:
+        """An HF-format checkpoint (weights as stored, or cast to ``dtype``; config, processor, chat template) that
         transformers and vLLM load, written by rank 0 to a temp folder and renamed into place; returns
         the folder on rank 0, None elsewhere. Every rank must call: the tensors are gathered one at a
         time and written as they come (``model.safetensors``, the names and order ``save_pretrained``
         would write), so no rank ever holds more than one whole tensor beside its shards."""
         from services.trainer.weight_files import SINGLE_FILE, save_plan, write_safetensors
 
-        state = self.model.state_dict()
-        plan = save_plan(self.model)  # (model key, file key), in the file's order
-        gathered = ((saved, _full(state[key])) for key, saved in plan)
+        state = self.push_state()
+        plan = save_plan(self.model, state)  # (model key, file key), in the file's order
+        gathered = ((saved, _cast(_full(state[key]), dtype)) for key, saved in plan)
         if self.rank != 0:
             for _ in gathered:  # every all-gather rank 0 makes
                 pass
@@ -374,15 +405,19 @@ class PolicyModel:
                 for stale in folder.parent.glob(f".{folder.name}.*"):  # a killed save's temp (GBs each)
                     shutil.rmtree(stale, ignore_errors=True)
                 tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-                layout = {saved: (state[key].dtype, tuple(state[key].shape)) for key, saved in plan}
+                layout = {
+                    saved: (_floating(state[key].dtype, dtype), tuple(state[key].shape))
+                    for key, saved in plan
+                }
                 write_safetensors(tmp / SINGLE_FILE, layout, gathered)
             finally:
                 # a failed folder or write (a full disk) still makes the all-gathers the other ranks
                 # wait in; only a gather failing on this rank itself leaves them to the group's timeout
                 for _ in gathered:
                     pass
-            # what model.save_pretrained writes beside the weights
-            self.hf_config.dtype = str(self.param_dtype).removeprefix("torch.")
+            # what model.save_pretrained writes beside the weights (LoRA: the merged base's dtype)
+            saved_dtype = dtype or (self.param_dtype if self.lora is None else self.compute_dtype)
+            self.hf_config.dtype = str(saved_dtype).removeprefix("torch.")
             self.hf_config.architectures = [type(self.model).__name__.removeprefix("FSDP")]
             self.hf_config.save_pretrained(tmp)
             if self.model.can_generate():
@@ -464,6 +499,22 @@ class _DummyPasses:
             self._handle.remove()
 
 
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode for the duration (dropout off), its mode before restored after."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def _floating(stored: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype :func:`_cast` gives a tensor stored as ``stored``."""
+    return dtype if dtype is not None and stored.is_floating_point else stored
+
+
 def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """``value`` in ``dtype`` when it is floating (integer buffers keep theirs)."""
     if dtype is None or not value.is_floating_point() or value.dtype == dtype:
@@ -481,6 +532,8 @@ def _full(value: torch.Tensor) -> torch.Tensor:
     """The whole of a state-dict tensor: a sharded one (DTensor) all-gathered, which every rank must do.
     A shard kept on the host (``actor.offload_params``) travels through the collective's device:
     NCCL gathers CUDA tensors only."""
+    if isinstance(value, lora.MergedWeight):  # W + scale·B·A, each part gathered as below
+        return value.full_tensor(_full)
     if not hasattr(value, "full_tensor"):
         return value.detach()
     device = collective_device()
@@ -507,8 +560,10 @@ def _tensor_sum(out: Any) -> torch.Tensor:
 class Actor(PolicyModel):
     """The trained policy: AdamW, lr schedule, gradient clipping, gradient accumulation."""
 
-    def __init__(self, config: ActorConfig, *, total_steps: int, device: str | None = None) -> None:
-        super().__init__(config, trainable=True, device=device)
+    def __init__(
+        self, config: ActorConfig, *, total_steps: int, device: str | None = None, adapter: Path | None = None
+    ) -> None:
+        super().__init__(config, trainable=True, device=device, adapter=adapter)
         self._moments = HostCopies()  # AdamW's moments between steps (actor.offload_optimizer)
         optim = config.optim
         params = [p for p in self.model.parameters() if p.requires_grad]

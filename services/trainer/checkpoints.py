@@ -1,5 +1,6 @@
 """Checkpoints: ``OUTPUT_DIR/checkpoints/step_NNNNNN/`` holding ``model/`` (HF format, loadable by
-transformers and vLLM), ``optim_rank{r}.pt`` (optimizer and scheduler state of each rank) and
+transformers and vLLM; a LoRA run's ``adapter/`` instead, peft's format, see ``reelrl export``),
+``optim_rank{r}.pt`` (optimizer and scheduler state of each rank) and
 ``state.json`` (step, data position, RNG states, KL coefficient, where the KL reference's weights are).
 A folder is complete only once its ``state.json`` exists: it is written last, after everything else was
 renamed into place.
@@ -23,6 +24,8 @@ import torch
 
 STATE_FILE = "state.json"
 MODEL_DIR = "model"
+#: a LoRA run's checkpoint holds its adapters here (peft's format) instead of a ``model/``
+ADAPTER_DIR = "adapter"
 REFERENCE_DIR = "reference"
 _STEP = re.compile(r"^step_(\d+)$")
 
@@ -49,7 +52,7 @@ class ResumeMismatch(ValueError):
 
 #: run-identity entries added after checkpoints were first written, and the value a checkpoint
 #: without one was written with
-IDENTITY_DEFAULTS: dict[str, Any] = {"off_policy_steps": 0}
+IDENTITY_DEFAULTS: dict[str, Any] = {"off_policy_steps": 0, "lora": None}
 #: run-identity entries added later whose value an older checkpoint cannot tell: not compared when the
 #: checkpoint lacks them
 IDENTITY_UNKNOWN_BEFORE = frozenset({"model"})
@@ -99,6 +102,29 @@ def check_resume_model(folder: Path, model_path: str | Path) -> None:
         f"actor.model_path={saved.get('path')} to continue that run, or start this model in another "
         "trainer.output_dir (or trainer.resume=none)"
     )
+
+
+def start_weights(folder: Path | None, model_path: str, *, lora: bool) -> tuple[str, str | None]:
+    """(the model a run's actor, engine and data start from, the adapters to load or None) for a run
+    resuming from ``folder`` (None: a fresh start, ``model_path``). A full-tuning checkpoint's
+    ``model/`` holds the trained weights; a LoRA one (``actor.lora``) holds only ``adapter/``, trained
+    on ``model_path``. A checkpoint of the other kind is refused by name."""
+    if folder is None:
+        return model_path, None
+    model, adapter = Path(folder) / MODEL_DIR, Path(folder) / ADAPTER_DIR
+    if lora:
+        if not adapter.is_dir():
+            raise ResumeMismatch(
+                f"cannot resume from {folder} with actor.lora: it holds a full-tuning model/, no {ADAPTER_DIR}/ "
+                "(resume it with actor.lora: null, or start the LoRA run in another trainer.output_dir)"
+            )
+        return model_path, str(adapter)
+    if not model.is_dir():
+        raise ResumeMismatch(
+            f"cannot resume from {folder} without actor.lora: it holds LoRA adapters ({ADAPTER_DIR}/), no "
+            f"{MODEL_DIR}/; resume with the actor.lora it was written with"
+        )
+    return str(model), None
 
 
 class OutputDirBusy(RuntimeError):

@@ -78,6 +78,31 @@ class OptimConfig(_Section):
     grad_clip: float | None = Field(1.0, gt=0, description="max global grad norm; null: no clipping")
 
 
+#: the language model's projections in every Qwen-VL family (attention and MLP): LoRA's default targets
+LORA_LANGUAGE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraConfig(_Section):
+    """``actor.lora``: train low-rank adapters on a frozen base (peft; docs/training.md, "Training
+    adapters"). The base is stored in ``compute_dtype``, the adapters and their AdamW state in
+    ``param_dtype``; KL's reference is the same model with the adapters bypassed."""
+
+    rank: int = Field(16, gt=0, description="r: the adapters' inner dimension")
+    alpha: float = Field(32.0, gt=0, description="scale alpha / rank on the adapters' output")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input (update passes only)")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LORA_LANGUAGE_TARGETS),
+        min_length=1,
+        description="module names adapted in the language model (and, with vision, the tower's blocks)",
+    )
+    vision: bool = Field(
+        False, description="adapt the vision tower's blocks too (their attention's qkv/proj and MLP)"
+    )
+    quantize: Literal["4bit"] | None = Field(
+        None, description="QLoRA: the frozen base in 4-bit NF4 (bitsandbytes, on a CUDA GPU only)"
+    )
+
+
 class ActorConfig(_Section):
     """``actor``: the trained model (and the frozen reference when KL is on)."""
 
@@ -118,6 +143,9 @@ class ActorConfig(_Section):
         False,
         description="pack each micro-batch's sequences into one row of real tokens, attention kept "
         "within each sequence (micro_batch_tokens then counts real tokens; docs/training.md)",
+    )
+    lora: LoraConfig | None = Field(
+        None, description="train LoRA adapters on a frozen base instead of every weight (null: full tuning)"
     )
     ulysses_size: Literal[1, 2, 4, 8] = Field(
         1,
@@ -349,6 +377,12 @@ class TrainConfig(_Section):
             problems.append(
                 f"warmup.batch_size={self.warmup.batch_size} gives some of the actor.world_size="
                 f"{self.actor.world_size} ranks nothing to learn from; raise it"
+            )
+        if self.actor.lora is not None and self.warmup.steps and self.algorithm.needs_reference_model:
+            # LoRA's reference is the base with the adapters bypassed, not the warmed adapters
+            problems.append(
+                "actor.lora with warmup.steps and KL (algorithm.kl.mode): KL would anchor to the base model, "
+                "not the warm-started one; drop the warm start or KL, or train without actor.lora"
             )
         room = self.rollout.engine.max_model_len - self.rollout.max_tokens
         if self.data.max_prompt_tokens > room:

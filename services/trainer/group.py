@@ -19,6 +19,7 @@ from services.rollout.media import FrameSource
 from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.weight_sync import WeightBuckets
 from services.trainer import checkpoints as ckpt
+from services.trainer import lora
 from services.trainer.actor import Actor, PolicyModel, distributed
 from services.trainer.batch import PromptInputs, TokenSequence
 from services.trainer.config import TrainConfig
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 class LocalActorGroup:
     """``model_path``: the actor's weights (the run's model, or a checkpoint's when resuming);
     ``reference_path``: the KL anchor's (None: ``actor.model_path``; a resumed run passes what its
-    checkpoint recorded, e.g. the warm-started weights, :func:`~services.trainer.checkpoints.reference_source`)."""
+    checkpoint recorded, e.g. the warm-started weights, :func:`~services.trainer.checkpoints.reference_source`);
+    ``adapter_path``: with ``actor.lora``, a checkpoint's adapters to resume from (None: fresh ones)."""
 
     def __init__(
         self,
@@ -46,18 +48,20 @@ class LocalActorGroup:
         source: FrameSource,
         rollout: RolloutConfig,
         reference_path: str | None = None,
+        adapter_path: str | None = None,
     ) -> None:
         self.config = config
         self.rank, self.world_size = distributed()
         self.actor = Actor(
-            config.actor.model_copy(update={"model_path": model_path}), total_steps=config.trainer.total_steps
-        )
+            config.actor.model_copy(update={"model_path": model_path}), total_steps=config.trainer.total_steps,
+            adapter=Path(adapter_path) if adapter_path else None,
+        )  # fmt: skip
         # The reference is where the run's RL started: its initial weights or the warm-started ones,
-        # also when resuming from a checkpoint.
+        # also when resuming from a checkpoint. Under LoRA it is the actor itself with its adapters
+        # bypassed (no second copy; services/trainer/lora.py).
         reference = config.actor.model_copy(update={"model_path": reference_path or config.actor.model_path})
-        self.reference = (
-            PolicyModel(reference, trainable=False) if config.algorithm.needs_reference_model else None
-        )
+        separate = config.algorithm.needs_reference_model and config.actor.lora is None
+        self.reference = PolicyModel(reference, trainable=False) if separate else None
         self.checkpoint = Checkpoint.load(model_path)
         self.source, self.rollout = source, rollout
         self.sequences: list[TokenSequence] = []
@@ -90,10 +94,14 @@ class LocalActorGroup:
         return len(self.sequences)
 
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
-        model = self.reference if reference else self.actor
-        if model is None:
+        if not reference:
+            return self.actor.log_probs(self.sequences, temperature=temperature)
+        if not self.config.algorithm.needs_reference_model:
             raise ValueError("no reference model: algorithm.kl.mode is off")
-        return model.log_probs(self.sequences, temperature=temperature)
+        if self.reference is not None:
+            return self.reference.log_probs(self.sequences, temperature=temperature)
+        with lora.adapters_disabled(self.actor.model):  # LoRA: the base is the reference
+            return self.actor.log_probs(self.sequences, temperature=temperature)
 
     def update(
         self, targets: Sequence[SequenceTargets], *, lagging: bool = False, **kwargs: Any
@@ -177,13 +185,21 @@ class LocalActorGroup:
     # -- checkpoints ------------------------------------------------------------------------------------
 
     def save(self, folder: Path) -> None:
-        """The HF model (rank 0) and every rank's optimizer state into ``folder`` (all ranks call)."""
-        self.save_model(folder / ckpt.MODEL_DIR)
+        """The HF model (rank 0) and every rank's optimizer state into ``folder`` (all ranks call). With
+        ``actor.lora`` the adapters alone (``adapter/``, peft's format): the base is ``actor.model_path``."""
+        if self.actor.lora is not None:
+            lora.save_adapter(
+                self.actor.model, folder / ckpt.ADAPTER_DIR, self.actor.lora, self.config.actor.model_path,
+                rank=self.rank, gather=self.actor.gather,
+            )  # fmt: skip
+        else:
+            self.save_model(folder / ckpt.MODEL_DIR)
         ckpt.save_torch(folder / f"optim_rank{self.rank}.pt", self.actor.state())
 
     def save_model(self, folder: Path) -> None:
-        """The actor's weights as stored (the fp32 master) as an HF checkpoint at ``folder``, written
-        by rank 0 (all ranks call: the weights are gathered one tensor at a time as rank 0 writes)."""
+        """The actor's weights as stored (the fp32 master; with LoRA the merged base, in its dtype) as an
+        HF checkpoint at ``folder``, written by rank 0 (all ranks call: the weights are gathered one
+        tensor at a time as rank 0 writes)."""
         self.actor.save_pretrained(folder)
 
     def load_optimizer(self, folder: Path) -> None:

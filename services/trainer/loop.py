@@ -225,7 +225,10 @@ class Trainer:
         if self.resume_from is not None:  # before config.yaml records a model the run would not train
             ckpt.check_resume_model(self.resume_from, cfg.actor.model_path)
         (self.output_dir / "config.yaml").write_text(dump_config(cfg))
-        model_path = str(self.resume_from / ckpt.MODEL_DIR) if self.resume_from else cfg.actor.model_path
+        # a checkpoint's model/, or with actor.lora the base and the checkpoint's adapter/
+        model_path, self.adapter_path = ckpt.start_weights(
+            self.resume_from, cfg.actor.model_path, lora=cfg.actor.lora is not None
+        )
         # KL's anchor: the run's model, or the warm-started weights its checkpoint names when resuming
         self.reference_path: str | None = None
         if self.resume_from is not None and cfg.algorithm.needs_reference_model:
@@ -262,6 +265,8 @@ class Trainer:
         self.logger.truncate_after(self.start_step if self.resume_from is not None else -1)
         for step in ckpt.discard_after(self.output_dir, self.start_step):
             log.warning("removed checkpoint step %d: newer than the step this run resumes from", step)
+        if self.adapter_path is not None:  # the engine started from the base: give it base + adapters
+            self._push_weights()
 
     def _stop_if_asked(self, phase: str) -> None:
         if self.hooks.stop():
@@ -341,12 +346,13 @@ class Trainer:
             self.group = RayActorGroup(
                 cfg, model_path, self.store.root, cfg.effective_rollout(), realtime=self.realtime,
                 images=self.images, cpus_per_rank=cfg.trainer.ray_cpus_per_rank,
-                reference_path=self.reference_path,
+                reference_path=self.reference_path, adapter_path=self.adapter_path,
             )  # fmt: skip
         else:
             self.group = LocalActorGroup(
-                cfg, model_path, source, cfg.effective_rollout(), reference_path=self.reference_path
-            )
+                cfg, model_path, source, cfg.effective_rollout(), reference_path=self.reference_path,
+                adapter_path=self.adapter_path,
+            )  # fmt: skip
         self.kl_controller = make_kl_controller(cfg.algorithm.kl)
         self.reward_client = make_reward_client(cfg.reward)
 
@@ -723,6 +729,8 @@ class Trainer:
             "rollout_n": cfg.rollout.n,
             "off_policy_steps": cfg.trainer.off_policy_steps,  # a lagging batch's ratio differs
             "model": ckpt.model_identity(cfg.actor.model_path),  # resuming trains the checkpoint's model
+            # adapters of another shape cannot be loaded, nor full weights continued as adapters
+            "lora": cfg.actor.lora.model_dump(mode="json") if cfg.actor.lora is not None else None,
         }
 
     def _load_checkpoint(self, folder: Path) -> None:

@@ -109,6 +109,7 @@ class ActorWorker:
         nodes: Sequence[tuple[float, int, float]],
         images: ImageFiles | None = None,
         reference_path: str | None = None,
+        adapter_path: str | None = None,
     ) -> dict[str, Any]:
         """``nodes``: for each rank, its node's Ray CPUs, the ranks placed there and the CPUs engines
         compute on there during the update, which set the threads it computes with on the CPU unless
@@ -142,8 +143,9 @@ class ActorWorker:
         if images is not None:
             source = WithImages(source, images)
         self.group = LocalActorGroup(
-            cfg, model_path, source, RolloutConfig.model_validate(rollout), reference_path=reference_path
-        )
+            cfg, model_path, source, RolloutConfig.model_validate(rollout), reference_path=reference_path,
+            adapter_path=adapter_path,
+        )  # fmt: skip
         return {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -334,7 +336,8 @@ class RayActorGroup:
     has GPUs, none otherwise). ``realtime``: the run's realtime source (``data.source_mode:
     realtime_only``); it holds video paths and parameters only, and each rank decodes its own clips.
     ``images``: the run's still images (paths by key), read by each rank. ``reference_path``: the KL
-    reference's weights (None: ``actor.model_path``), as for the local group.
+    reference's weights (None: ``actor.model_path``) and ``adapter_path`` (LoRA's, resuming), as for
+    the local group.
     ``save`` and ``load_optimizer`` folders must be reachable by every rank (a shared filesystem on a
     cluster).
     """
@@ -351,6 +354,7 @@ class RayActorGroup:
         cpus_per_rank: float = CPUS_PER_RANK,
         gpus_per_rank: float | None = None,
         reference_path: str | None = None,
+        adapter_path: str | None = None,
     ) -> None:
         self.config = config
         self.world_size = config.actor.world_size
@@ -366,6 +370,7 @@ class RayActorGroup:
             self.info = self._call(
                 "setup", addr, port, config.model_dump(mode="json"), str(model_path), str(frame_root),
                 rollout.model_dump(mode="json"), realtime, self._nodes(config), images, reference_path,
+                adapter_path,
             )  # fmt: skip
         except BaseException:
             self.shutdown()

@@ -110,6 +110,8 @@ def load_shards(model: Any, path: str | Path, device: torch.device) -> None:
             names = load_names(model, files.tensor_names())
             missing = []
             for keys, target in distinct_tensors(model):
+                if any(".lora_" in k for k in keys):  # adapters: in no checkpoint (lora.init_adapters)
+                    continue
                 key = next((names[k] for k in keys if k in names), None)
                 if key is None:
                     missing += keys

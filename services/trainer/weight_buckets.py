@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from services.rollout.weight_sync import WeightBuckets
+from services.trainer.lora import push_state
 
 MiB = 1 << 20
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -113,7 +114,9 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor: gathered from every rank for a DTensor (a collective), itself otherwise."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(tensor, DTensor):
+    from services.trainer.lora import MergedWeight
+
+    if isinstance(tensor, DTensor | MergedWeight):  # a LoRA weight merges its gathered parts
         return tensor.full_tensor()
     return tensor
 
@@ -149,7 +152,7 @@ def buckets(
     """The model's tensors, bucket by bucket, under checkpoint names, gathered one tensor at a time.
     Every rank yields the same buckets (colocated engines each load their own; a disaggregated push
     sends rank 0's); a caller that stops early must stop on every rank."""
-    state = model.state_dict()
+    state = push_state(model)
     return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb)
 
 
@@ -167,7 +170,7 @@ def packed_buckets(
     gathers are collectives); a rank that does not send (``keep`` False) yields None per bucket."""
     from services.rollout.weight_group import empty_bucket, place
 
-    state = model.state_dict()
+    state = push_state(model)
     stream = ((n, full(t)) for n, t in state.items())  # gathered one at a time, as asked for
     for group in plan(manifest(state, dtype), bucket_mb):
         flat, offsets = empty_bucket(slots_for(group), device) if keep else (None, [0] * len(group))
@@ -215,7 +218,7 @@ def bucket_slots(entries: Sequence[Entry], bucket_mb: float) -> list[list[tuple[
 def weight_buckets(model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> WeightBuckets:
     """A push of ``model`` in buckets that each engine reads in a pass of its own (a model on one
     rank: nothing is gathered, so passes may run side by side)."""
-    entries = manifest(model.state_dict(), dtype)
+    entries = manifest(push_state(model), dtype)
     return WeightBuckets(
         announced=tuple((e.name, e.shape) for e in entries),
         open=lambda: buckets(model, dtype, bucket_mb),

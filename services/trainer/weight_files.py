@@ -46,7 +46,10 @@ def load_names(model: Any, file_keys: Iterable[str]) -> dict[str, str]:
         transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
-    model_keys = {k: k for k in model.state_dict()}
+    # LoRA layers (services/trainer/lora.py) keep the original weight as ``….base_layer.weight``: the
+    # checkpoint names it ``….weight``; their adapters are in no checkpoint
+    actual = {k.replace(".base_layer.", "."): k for k in model.state_dict() if ".lora_" not in k}
+    model_keys = {k: k for k in actual}
     prefix = model.base_model_prefix
     names: dict[str, str] = {}
     for original in sorted(file_keys):
@@ -60,20 +63,21 @@ def load_names(model: Any, file_keys: Iterable[str]) -> dict[str, str]:
                 f"checkpoint tensor {original} becomes {renamed} through a conversion ({converted}) that "
                 "sharded loading cannot slice; convert the checkpoint with save_pretrained first"
             )
-        names[renamed] = original
+        names[actual[renamed]] = original
     model._weight_conversions = [t for t in transforms if t.was_used()]
     return names
 
 
-def save_plan(model: Any) -> list[tuple[str, str]]:
+def save_plan(model: Any, state: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     """(model state-dict key, file key) of every tensor ``save_pretrained`` would write, in the order a
     safetensors file keeps them (wider dtypes first, then by name): tied copies and
     ``_keys_to_ignore_on_save`` left out, names reverted to the checkpoint's own (e.g. back to
-    ``model.layers.0…`` for Qwen2-VL). Only names and shapes are looked at: nothing is gathered."""
+    ``model.layers.0…`` for Qwen2-VL). Only names and shapes are looked at: nothing is gathered.
+    ``state``: what is saved, if not ``model.state_dict()`` (a LoRA model's merged view, by its keys)."""
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
-    state = model.state_dict()
+    state = model.state_dict() if state is None else state
     ignored = set(getattr(model, "_keys_to_ignore_on_save", None) or ())
     # meta placeholders of the tensors' shapes: transformers finds tied ones through the model's own
     # tensors (and, on meta, takes equal extents for one storage), and a rename hands each placeholder

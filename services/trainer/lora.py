@@ -1,0 +1,289 @@
+"""LoRA adapters on the actor (``actor.lora``): peft's LoRA layers injected into the model in place, the
+base weights frozen, only the adapters trained.
+
+- **Injection** (:func:`inject`): peft's ``inject_adapter_in_model`` wraps each targeted ``nn.Linear``
+  (``q_proj`` … ``down_proj`` of the language model; the vision tower's blocks too with
+  ``actor.lora.vision``) in a LoRA layer whose ``base_layer`` is the original. The model keeps its own
+  class and module paths, so everything that hooks into it (packing, the shared vision pass, Ulysses,
+  the chunked LM head) runs unchanged. Injected before FSDP2 shards the model, the adapters are
+  sharded with it (below, why).
+- **Initial values** (:func:`init_adapters`): each A from a generator seeded by its name (peft's
+  Kaiming-uniform rule), each B zero, computed whole and sliced for a sharded parameter, so one rank
+  and N ranks start from the same adapters.
+- **The reference without a second copy** (:func:`adapters_disabled`): the same model with every LoRA
+  layer bypassed is the base model, verl's way of computing KL's reference log-probs under LoRA.
+- **What the engine and a checkpoint's ``model/`` get** (:func:`merged_state`): the model's tensors
+  under the checkpoint's own names, each adapted weight merged (W + scale · B·A, computed when asked
+  for, one tensor at a time, in fp32 and cast back), the adapters left out. The push, the bucket
+  streams and ``save_pretrained`` read this instead of ``state_dict()``, so vLLM loads a plain
+  checkpoint-shaped model; nothing in the rollout engine knows about LoRA.
+
+Why sharded adapters, not replicated: FSDP2 then reduces their gradients with the rest, every rank
+steps 1/N of their AdamW state, and checkpoints, offload and the optimizer need no second path; a
+replicated adapter would need its own all-reduce. Their all-gathers are small (rank × width).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ADAPTER = "default"  # peft's adapter name: one adapter per model
+BASE = ".base_layer"
+#: the vision tower's attention projections (its MLP shares the language model's names)
+VISION_TARGETS = ("qkv", "proj")
+
+
+def peft_config(lora: Any) -> Any:
+    """peft's ``LoraConfig`` for ``actor.lora``: the named projections of the language model, and of the
+    vision tower's blocks when ``lora.vision`` (a regex over module paths: the tower's MLP reuses the
+    language model's names, so a bare name list would adapt it too)."""
+    from peft import LoraConfig
+
+    names = "|".join(sorted(set(lora.target_modules) | (set(VISION_TARGETS) if lora.vision else set())))
+    scopes = r"model\.language_model" + (r"|model\.visual\.blocks" if lora.vision else "")
+    return LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=rf"^(?:{scopes})\..*\.(?:{names})$",
+        bias="none",
+    )
+
+
+def inject(model: Any, lora: Any, dtype: torch.dtype) -> list[str]:
+    """Wrap the targeted linear layers of ``model`` in LoRA layers (in place) whose adapters are stored
+    in ``dtype``, freeze every other parameter, and return the adapted modules' paths. Raises when
+    nothing matched ``lora``'s targets."""
+    from peft import inject_adapter_in_model
+
+    config = peft_config(lora)
+    pattern = re.compile(config.target_modules)
+    if not any(isinstance(m, torch.nn.Linear) and pattern.fullmatch(n) for n, m in model.named_modules()):
+        raise ValueError(
+            f"actor.lora.target_modules {list(lora.target_modules)} matched no linear layer of the "
+            f"{'language model or vision tower' if lora.vision else 'language model'} (e.g. q_proj, up_proj)"
+        )
+    model.requires_grad_(False)
+    # a model still on meta (sharded loading) gets its adapters on meta too, allocated with the rest
+    on_meta = any(p.is_meta for p in model.parameters())
+    inject_adapter_in_model(config, model, adapter_name=ADAPTER, low_cpu_mem_usage=on_meta)
+    adapted = [name for name, module in model.named_modules() if _is_lora(module)]
+    for name, param in model.named_parameters():
+        param.requires_grad_(".lora_" in name)
+        if ".lora_" in name:
+            param.data = param.data.to(dtype)  # on meta too: the shard is allocated in this dtype
+    return adapted
+
+
+def check_quantize(lora: Any, device: torch.device) -> None:
+    """QLoRA (``actor.lora.quantize: 4bit``) needs bitsandbytes' 4-bit kernels on a CUDA GPU; anywhere
+    else it is refused with the reason rather than silently trained unquantised."""
+    if lora.quantize is None:
+        return
+    if device.type != "cuda":
+        raise ValueError(
+            f"actor.lora.quantize={lora.quantize}: bitsandbytes' 4-bit NF4 kernels run on CUDA GPUs, not "
+            f"on {device.type}; drop quantize (plain LoRA) on this machine"
+        )
+    raise ValueError(
+        f"actor.lora.quantize={lora.quantize}: QLoRA is not built yet (the base would load through "
+        "bitsandbytes, which is not a dependency); use plain LoRA (quantize: null)"
+    )
+
+
+def _is_lora(module: Any) -> bool:
+    return hasattr(module, "lora_A") and hasattr(module, "base_layer")
+
+
+def lora_layers(model: Any) -> list[tuple[str, Any]]:
+    return [(name, module) for name, module in model.named_modules() if _is_lora(module)]
+
+
+def has_adapters(model: Any) -> bool:
+    return any(_is_lora(m) for m in model.modules())
+
+
+def adapter_names(model: Any) -> list[str]:
+    """The adapters' state-dict keys (``…q_proj.lora_A.default.weight``), in state-dict order."""
+    return [k for k in model.state_dict() if ".lora_" in k]
+
+
+def init_adapters(model: Any, dtype: torch.dtype) -> None:
+    """Every adapter to its initial value, in ``dtype``: A Kaiming-uniform (a = √5, peft's rule) from a
+    generator seeded by its name, B zero. Computed whole and sliced where the parameter is sharded, so
+    any number of ranks starts from the same adapters. Parameters on meta are allocated first."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_" not in name:
+                continue
+            shape = tuple(param.shape)
+            if ".lora_A." in name:
+                generator = torch.Generator().manual_seed(_seed(name))
+                bound = 1.0 / math.sqrt(shape[1]) if len(shape) > 1 else 0.0  # kaiming_uniform_(a=√5)
+                whole = torch.empty(shape, dtype=torch.float32).uniform_(-bound, bound, generator=generator)
+            else:
+                whole = torch.zeros(shape, dtype=torch.float32)
+            _assign(param, whole.to(dtype))
+
+
+def _seed(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big")
+
+
+def _assign(param: torch.Tensor, whole: torch.Tensor) -> None:
+    """``whole`` into ``param``: this rank's slice of it for a DTensor, all of it otherwise."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if isinstance(param, DTensor):
+        local = param.to_local()
+        part, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+        if local.numel():
+            index = tuple(slice(o, o + n) for o, n in zip(offset, part, strict=True))
+            local.copy_(whole[index])
+        return
+    param.copy_(whole)
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: Any) -> Iterator[None]:
+    """``model`` as its base for the duration: every LoRA layer bypassed. The layers' own switch
+    (``_disable_adapters``, what peft's ``disable_adapters`` property reads) is flipped rather than
+    peft's ``enable_adapters``, which also flips the adapters' ``requires_grad`` (FSDP2 keeps its
+    gradient bookkeeping by that flag)."""
+    layers = [m for _, m in lora_layers(model)]
+    before = [m._disable_adapters for m in layers]
+    for m in layers:
+        m._disable_adapters = True
+    try:
+        yield
+    finally:
+        for m, was in zip(layers, before, strict=True):
+            m._disable_adapters = was
+
+
+# -- the merged view ------------------------------------------------------------------------------------
+
+
+class MergedWeight:
+    """An adapted weight as the engine must see it, W + scale · B·A, made when :meth:`full_tensor` is
+    called (every rank must call it together when the tensors are sharded: it gathers W, A and B).
+    Knows its shape and dtype without gathering (a push's manifest)."""
+
+    def __init__(self, base: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
+        self.base, self.a, self.b, self.scale = base, a, b, float(scale)
+        self.shape, self.dtype = base.shape, base.dtype
+
+    def full_tensor(self, gather: Any = None) -> torch.Tensor:
+        """``gather``: how each part is made whole (default: ``full_tensor()`` of a DTensor)."""
+        from services.trainer.weight_buckets import full
+
+        gather = gather or full
+        with torch.no_grad():
+            base = gather(self.base).detach()
+            delta = gather(self.b).detach().float() @ gather(self.a).detach().float()
+            return (base.float() + self.scale * delta).to(base.dtype)
+
+
+def merged_state(model: Any) -> dict[str, Any]:
+    """``model``'s state dict under its names before injection: each LoRA layer's ``base_layer.weight``
+    as a :class:`MergedWeight` named ``….weight``, its base bias as ``….bias``, the adapters left out;
+    every other tensor as it is. The order is the state dict's (a layer's tensors together)."""
+    layers = dict(lora_layers(model))
+    out: dict[str, Any] = {}
+    for key, value in model.state_dict().items():
+        if ".lora_" in key:
+            continue
+        if BASE + "." not in key:
+            out[key] = value
+            continue
+        owner, _, leaf = key.rpartition(BASE + ".")
+        name = f"{owner}.{leaf}"
+        module = layers.get(owner)  # state-dict keys are module paths (FSDP2 adds no wrapper names)
+        if leaf == "weight" and module is not None and ADAPTER in module.lora_A:
+            a, b = module.lora_A[ADAPTER].weight, module.lora_B[ADAPTER].weight
+            out[name] = MergedWeight(value, a, b, module.scaling[ADAPTER])
+        else:
+            out[name] = value
+    return out
+
+
+def original_name(key: str) -> str:
+    """A state-dict key as the checkpoint names it: ``….q_proj.base_layer.weight`` → ``….q_proj.weight``."""
+    return key.replace(BASE + ".", ".")
+
+
+def adapter_state(model: Any) -> dict[str, torch.Tensor]:
+    """The adapters' tensors (sharded ones as they are: gather with ``full``), by state-dict key."""
+    return {k: v for k, v in model.state_dict().items() if ".lora_" in k}
+
+
+def push_state(model: Any) -> dict[str, Any]:
+    """What a push or a checkpoint's ``model/`` reads of ``model``: its state dict, or, with adapters,
+    the merged view (:func:`merged_state`)."""
+    return merged_state(model) if has_adapters(model) else model.state_dict()
+
+
+# -- adapter files (peft's format: ``adapter_config.json`` + ``adapter_model.safetensors``) ------------
+
+ADAPTER_FILE = "adapter_model.safetensors"
+CONFIG_FILE = "adapter_config.json"
+_PEFT_PREFIX = "base_model.model."
+
+
+def file_key(key: str) -> str:
+    """A state-dict key as peft's adapter files name it: ``…q_proj.lora_A.default.weight`` →
+    ``base_model.model.…q_proj.lora_A.weight`` (what ``PeftModel.from_pretrained`` loads)."""
+    return _PEFT_PREFIX + key.replace(f".{ADAPTER}.", ".")
+
+
+def save_adapter(model: Any, folder: Path, lora: Any, base: str, *, rank: int, gather: Any) -> None:
+    """The adapters into ``folder`` in peft's format, written by rank 0 (every rank must call: each
+    adapter is gathered with ``gather``). ``base``: the base model's path, recorded in the config."""
+    from safetensors.torch import save_file
+
+    tensors = {file_key(k): gather(v).detach().cpu().contiguous() for k, v in adapter_state(model).items()}
+    if rank != 0:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    config = peft_config(lora)
+    config.base_model_name_or_path = str(base)
+    config.save_pretrained(str(folder))
+    save_file(tensors, str(folder / ADAPTER_FILE), metadata={"format": "pt"})
+
+
+def load_adapter(model: Any, folder: Path) -> None:
+    """The adapters of ``folder`` (written by :func:`save_adapter`) into ``model``'s, each rank its
+    slice. Raises naming what is missing, extra or of another shape."""
+    from safetensors.torch import load_file
+
+    path = Path(folder) / ADAPTER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no adapter weights (a LoRA checkpoint holds adapter/{ADAPTER_FILE})"
+        )
+    stored = load_file(str(path))
+    wanted = {file_key(k): k for k in adapter_state(model)}
+    missing, extra = sorted(set(wanted) - set(stored)), sorted(set(stored) - set(wanted))
+    if missing or extra:
+        raise ValueError(
+            f"{path}: the adapters do not fit this model (missing {missing[:3]}, unexpected {extra[:3]}); "
+            "was it written with another actor.lora (rank, target_modules, vision)?"
+        )
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, key in wanted.items():
+            param = params[key]
+            if tuple(stored[name].shape) != tuple(param.shape):
+                raise ValueError(
+                    f"{path}: {name} has shape {tuple(stored[name].shape)}, the model's {tuple(param.shape)}"
+                )
+            _assign(param, stored[name].to(param.dtype))
