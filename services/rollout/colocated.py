@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -80,17 +80,19 @@ def _device() -> torch.device:
 def load_from_model(
     llm: Any,
     checkpoint: Checkpoint,
-    model: torch.nn.Module,
+    model: torch.nn.Module | Mapping[str, Any],
     dtype: torch.dtype | None,
     bucket_mb: float,
     rank: int,
 ) -> int:
     """Load the FSDP ``model``'s current weights, bucket by bucket, into the in-process engine ``llm``;
-    every rank calls it together (each bucket is gathered collectively). Names and shapes are checked
-    against the checkpoint before the first bucket. Returns how many buckets it took."""
+    every rank calls it together (each bucket is gathered collectively). ``model``: the module (its
+    state dict is pushed) or the tensors the engine must get by checkpoint name (a LoRA actor's merged
+    view, whose entries are made whole by ``full_tensor()`` like a DTensor's). Names and shapes are
+    checked against the checkpoint before the first bucket. Returns how many buckets it took."""
     from services.trainer.weight_buckets import full, group_stream, manifest
 
-    state = model.state_dict()
+    state = model if isinstance(model, Mapping) else model.state_dict()
     entries = manifest(state, dtype)
     announced = [(e.name, e.shape) for e in entries]
     check_announced(announced, checkpoint.parameter_names, checkpoint_shapes(checkpoint))
@@ -166,7 +168,9 @@ class ColocatedShard:
 
     # -- weights ------------------------------------------------------------------------------------
 
-    def load_from(self, model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> int:
+    def load_from(
+        self, model: torch.nn.Module | Mapping[str, Any], dtype: torch.dtype | None, bucket_mb: float
+    ) -> int:
         """Load the FSDP ``model``'s current weights into this rank's engine (:func:`load_from_model`);
         the engine's ``weight_version`` goes up by one."""
         try:
@@ -265,7 +269,9 @@ class ColocatedRolloutEngine(RolloutEngine):
             self.llm.wait_for_completion(use_tqdm=False)
         self._looped = True
 
-    def load_from(self, model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> int:
+    def load_from(
+        self, model: torch.nn.Module | Mapping[str, Any], dtype: torch.dtype | None, bucket_mb: float
+    ) -> int:
         """The FSDP ``model``'s weights into this rank's engine (:func:`load_from_model`, all ranks at
         once); returns the engine's new weight version."""
         self._check_ready("push weights")

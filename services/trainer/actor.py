@@ -352,9 +352,14 @@ class PolicyModel:
     def full_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """Every tensor, gathered (all ranks must call; rank 0 gets the tensors, others an empty dict),
         floating ones cast to ``dtype`` (None: as stored, i.e. the master weights, for a checkpoint)."""
-        if self.lora is not None:  # the merged weights, one at a time (all ranks gather each)
-            state = {k: _cast(_full(v), dtype) for k, v in self.push_state().items()}
-            return {k: v.cpu() for k, v in state.items()} if self.rank == 0 else {}
+        if self.lora is not None:  # the merged weights, one at a time (all ranks gather each), kept
+            out = {}  # on rank 0's host only: no rank holds the whole model on its device
+            for key, value in self.push_state().items():
+                whole = _cast(_full(value), dtype)
+                if self.rank == 0:
+                    out[key] = whole.cpu()
+                del whole
+            return out
         if self.world_size == 1:
             return {k: _cast(v.detach(), dtype) for k, v in self.model.state_dict().items()}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

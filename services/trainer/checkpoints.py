@@ -127,6 +127,18 @@ def start_weights(folder: Path | None, model_path: str, *, lora: bool) -> tuple[
     return str(model), None
 
 
+def check_resume_lora(folder: Path, lora: dict[str, Any] | None) -> None:
+    """Raises :class:`ResumeMismatch` when ``folder``'s checkpoint was trained with another
+    ``actor.lora`` (as the run records it; None: full tuning) than ``lora``: before any model loads,
+    since adapters of another rank or targets would not fit."""
+    saved = read_state(folder).get("run", {}).get("lora", IDENTITY_DEFAULTS["lora"])
+    if saved != lora:
+        raise ResumeMismatch(
+            f"cannot resume from {folder}: it was trained with actor.lora={saved}, this run has "
+            f"actor.lora={lora}; set it as the checkpoint has it, or start in another trainer.output_dir"
+        )
+
+
 class OutputDirBusy(RuntimeError):
     """Another run holds the output folder."""
 

@@ -78,8 +78,12 @@ class OptimConfig(_Section):
     grad_clip: float | None = Field(1.0, gt=0, description="max global grad norm; null: no clipping")
 
 
-#: the language model's projections in every Qwen-VL family (attention and MLP): LoRA's default targets
-LORA_LANGUAGE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: the language model's projections in every Qwen-VL family (attention and MLP), and Qwen3.5's linear
+#: attention layers' (three of every four of its layers): LoRA's default targets
+LORA_LANGUAGE_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "in_proj_qkv", "in_proj_z",
+    "out_proj",
+)  # fmt: skip
 
 
 class LoraConfig(_Section):
@@ -89,7 +93,11 @@ class LoraConfig(_Section):
 
     rank: int = Field(16, gt=0, description="r: the adapters' inner dimension")
     alpha: float = Field(32.0, gt=0, description="scale alpha / rank on the adapters' output")
-    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input (update passes only)")
+    dropout: float = Field(
+        0.0, ge=0, lt=1,
+        description="dropout on the adapters' input, in the update's passes only (scoring runs without it, "
+        "so above 0 the first update's ratio is no longer exactly 1)",
+    )  # fmt: skip
     target_modules: list[str] = Field(
         default_factory=lambda: list(LORA_LANGUAGE_TARGETS),
         min_length=1,

@@ -56,10 +56,19 @@ def _lora_of(checkpoint: Path, adapter: Path) -> tuple[dict, str]:
     lora = run.get("lora")
     if not lora:
         raise ExportError(f"{checkpoint}: holds {ckpt.ADAPTER_DIR}/ but its state records no actor.lora")
-    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    trained = run.get("model") or {}
+    base = trained.get("path") or json.loads((adapter / "adapter_config.json").read_text()).get(
+        "base_model_name_or_path"
+    )
     if not base or not (Path(base) / "config.json").is_file():
         raise ExportError(
             f"{adapter}: its base model ({base}) is not there; the merge needs the model the run trained"
+        )
+    now = ckpt.model_identity(base)
+    if trained and trained.get("config_sha256") != now["config_sha256"]:
+        raise ExportError(
+            f"{base} is not the model {checkpoint} was trained on (its config.json changed since); "
+            "restore that model to merge the adapters into it"
         )
     return lora, base
 

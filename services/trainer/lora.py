@@ -37,23 +37,41 @@ import torch
 
 ADAPTER = "default"  # peft's adapter name: one adapter per model
 BASE = ".base_layer"
-#: the vision tower's attention projections (its MLP shares the language model's names)
-VISION_TARGETS = ("qkv", "proj")
+#: every linear layer of a vision block, in each family: attention (qkv, proj) and MLP (Qwen2-VL's
+#: fc1/fc2, Qwen2.5-VL's gate/up/down, Qwen3-VL's and Qwen3.5's linear_fc1/linear_fc2); the mergers
+#: lie outside the blocks and stay the base's
+VISION_TARGETS = (
+    "qkv",
+    "proj",
+    "fc1",
+    "fc2",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "linear_fc1",
+    "linear_fc2",
+)
+
+
+def _scope(prefix: str, names: Any) -> str:
+    return rf"{prefix}\..*\.(?:{'|'.join(sorted(set(names)))})"
 
 
 def peft_config(lora: Any) -> Any:
-    """peft's ``LoraConfig`` for ``actor.lora``: the named projections of the language model, and of the
-    vision tower's blocks when ``lora.vision`` (a regex over module paths: the tower's MLP reuses the
-    language model's names, so a bare name list would adapt it too)."""
+    """peft's ``LoraConfig`` for ``actor.lora``: the named projections of the language model, and every
+    linear layer of the vision tower's blocks when ``lora.vision``, as one regex over module paths (the
+    tower's MLP reuses the language model's names in some families, so a bare name list would adapt it
+    whatever ``vision`` says)."""
     from peft import LoraConfig
 
-    names = "|".join(sorted(set(lora.target_modules) | (set(VISION_TARGETS) if lora.vision else set())))
-    scopes = r"model\.language_model" + (r"|model\.visual\.blocks" if lora.vision else "")
+    scopes = [_scope(r"model\.language_model", lora.target_modules)]
+    if lora.vision:
+        scopes.append(_scope(r"model\.visual\.blocks", VISION_TARGETS))
     return LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=rf"^(?:{scopes})\..*\.(?:{names})$",
+        target_modules=rf"^(?:{'|'.join(scopes)})$",
         bias="none",
     )
 
@@ -255,7 +273,7 @@ def save_adapter(model: Any, folder: Path, lora: Any, base: str, *, rank: int, g
         return
     folder.mkdir(parents=True, exist_ok=True)
     config = peft_config(lora)
-    config.base_model_name_or_path = str(base)
+    config.base_model_name_or_path = str(Path(base).resolve())  # an export may run from elsewhere
     config.save_pretrained(str(folder))
     save_file(tensors, str(folder / ADAPTER_FILE), metadata={"format": "pt"})
 

@@ -183,7 +183,7 @@ class ActorWorker:
         every rank; nothing is opened)."""
         from services.trainer.weight_buckets import manifest, plan, slots_for
 
-        entries = manifest(self.group.actor.model.state_dict(), self.group.push_dtype)
+        entries = manifest(self.group.actor.push_state(), self.group.push_dtype)  # a LoRA actor: merged names
         groups = plan(entries, bucket_mb)
         return {
             "announced": [(e.name, e.shape) for e in entries],
@@ -302,7 +302,8 @@ class ActorWorker:
         return [g.model_dump() for g in groups]
 
     def engine_load(self, bucket_mb: float) -> int:
-        return self.engine.load_from(self.group.actor.model, self.group.push_dtype, bucket_mb)
+        # the tensors the engine gets: the state dict, or a LoRA actor's merged view
+        return self.engine.load_from(self.group.actor.push_state(), self.group.push_dtype, bucket_mb)
 
     def engine_sleep(self, level: int) -> bool:
         return self.engine.sleep(level)

@@ -35,6 +35,37 @@ def generate(shard: ColocatedShard, prompt: list[int]) -> tuple[list[int], list[
     return ids, [float(pos[t].logprob) for pos, t in zip(completion.logprobs, ids, strict=True)]
 
 
+def load_lora_actor(
+    shard: ColocatedShard, base: torch.nn.Module, prompt: list[int], generator: torch.Generator
+) -> dict[str, float]:
+    """A LoRA actor (services/trainer/lora.py) sharded over the ranks: its merged view is what the
+    engine loads, and the engine then scores as the merged model does."""
+    from torch.distributed.fsdp import fully_shard
+
+    from services.trainer import lora
+    from services.trainer.config import LoraConfig
+
+    adapted = copy.deepcopy(base)
+    lora.inject(adapted, LoraConfig(rank=4, alpha=8.0), torch.float32)
+    with torch.no_grad():  # trained adapters: B no longer zero (the same on every rank)
+        for name, param in adapted.named_parameters():
+            if ".lora_" in name:
+                param.copy_(0.2 * torch.randn(param.shape, generator=generator))
+    merged = copy.deepcopy(base)
+    merged.load_state_dict({k: v.full_tensor() for k, v in lora.merged_state(adapted).items()
+                            if isinstance(v, lora.MergedWeight)}, strict=False)  # fmt: skip
+    actor = fully_shard(adapted)
+    shard.load_from(lora.push_state(actor), torch.float32, BUCKET_MB)
+    ids, logprobs = generate(shard, prompt)
+    return {
+        "gap_lora_vs_merged": (hf_logprobs(merged.eval(), prompt, ids) - torch.tensor(logprobs))
+        .abs()
+        .max()
+        .item(),
+        "gap_lora_vs_base": (hf_logprobs(base, prompt, ids) - torch.tensor(logprobs)).abs().max().item(),
+    }
+
+
 def main(model_path: str, out: Path) -> None:
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForImageTextToText
@@ -58,13 +89,16 @@ def main(model_path: str, out: Path) -> None:
         buckets = shard.load_from(actor, torch.float32, BUCKET_MB)
         woke = shard.wake_up()
         ids, after = generate(shard, prompt)
+        weight_version = shard.weight_version
+        lora_gaps = load_lora_actor(shard, old, prompt, generator)
         result = {
+            **lora_gaps,
             "rank": rank,
             "engine_index": shard.engine_index,
             "cores": sorted(os.sched_getaffinity(0)),  # this rank's process, where its shard runs
             "shard_cores": shard.cpu_cores,
             "buckets": buckets,
-            "weight_version": shard.weight_version,
+            "weight_version": weight_version,
             "slept": slept,
             "woke": woke,
             "gap_before_vs_old": before_gap,

@@ -48,6 +48,8 @@ def test_two_ranks_each_host_an_engine_and_load_their_own_buckets(tmp_path: Path
         assert r["gap_after_vs_old"] > 1e-3, r  # the load took
         assert r["weight_version"] == 1 and r["buckets"] > 10, r
         assert (r["slept"], r["woke"]) == (False, False), r  # the CPU backend has no sleep mode
+        # a LoRA actor's push: the merged weights by the checkpoint's names, scored as merged
+        assert r["gap_lora_vs_merged"] < TOLERANCE and r["gap_lora_vs_base"] > 1e-3, r
 
 
 class Recorder:

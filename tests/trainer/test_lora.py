@@ -95,6 +95,22 @@ def test_the_config_refuses_what_cannot_run(tmp_path: Path) -> None:
     TrainConfig.model_validate({"data": data, "actor": {"model_path": "m", "lora": LORA}, "algorithm": kl})
 
 
+def test_a_resume_with_another_lora_is_refused_before_anything_loads(tmp_path: Path) -> None:
+    folder = tmp_path / "step_1"
+    folder.mkdir()
+    written = ActorConfig(model_path="m", lora=LORA).lora.model_dump(mode="json")
+    ckpt.write_state(folder, {"step": 1, "run": {"lora": written}})
+    ckpt.check_resume_lora(folder, written)
+    with pytest.raises(ckpt.ResumeMismatch, match=r"trained with actor\.lora="):
+        ckpt.check_resume_lora(folder, {**written, "rank": 8})
+    with pytest.raises(ckpt.ResumeMismatch, match=r"this run has actor\.lora=None"):
+        ckpt.check_resume_lora(folder, None)
+    old = tmp_path / "old"  # written before LoRA existed: full tuning
+    old.mkdir()
+    ckpt.write_state(old, {"step": 1, "run": {}})
+    ckpt.check_resume_lora(old, None)
+
+
 def test_a_checkpoint_of_the_other_kind_is_refused_by_name(tmp_path: Path) -> None:
     full, adapters = tmp_path / "full", tmp_path / "adapters"
     (full / ckpt.MODEL_DIR).mkdir(parents=True)
@@ -128,6 +144,31 @@ def test_qlora_on_the_cpu_is_refused_with_the_reason(world: World) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
+def test_every_family_adapts_every_projection_and_with_vision_every_block_linear(
+    family: str, tmp_path: Path
+) -> None:
+    """The default targets cover each family's language model (Qwen3.5's linear-attention layers too),
+    and ``vision`` every linear layer of the tower's blocks, whatever the family names its MLP."""
+    from services.common.tiny_models import build_tiny_model
+
+    model = build_tiny_model(family, tmp_path / family)
+    config = ActorConfig(model_path=str(model), compute_dtype="float32", lora={**LORA, "vision": True})
+    actor = Actor(config, total_steps=1)
+    adapted = {n for n, _ in lora.lora_layers(actor.model)}
+    small = ("in_proj_a", "in_proj_b")  # Qwen3.5's per-head gates (a handful of outputs): left alone
+    for prefix in ("model.language_model.layers.", "model.visual.blocks."):
+        # every linear layer of the scope, by its own path (an adapted one is its LoRA layer's base_layer)
+        linears = {
+            n.removesuffix(".base_layer") for n, m in actor.model.named_modules()
+            if n.startswith(prefix) and isinstance(m, torch.nn.Linear) and ".lora_" not in n
+        }  # fmt: skip
+        linears = {n for n in linears if not n.endswith(small)}
+        assert linears and linears == {n for n in adapted if n.startswith(prefix)}, (family, prefix)
+    assert all(n.startswith(("model.language_model.layers.", "model.visual.blocks.")) for n in adapted)
+
+
+@pytest.mark.integration
 def test_what_is_adapted(world: World) -> None:
     text = Actor(lora_config(world).actor, total_steps=1)
     names = [n for n, _ in lora.lora_layers(text.model)]
@@ -139,6 +180,7 @@ def test_what_is_adapted(world: World) -> None:
     blocks = len(both.model.model.visual.blocks)
     # each block's attention (qkv, proj) and MLP (gate, up, down); never the merger or the head
     assert len(tower) == 5 * blocks and all(n.startswith("model.visual.blocks.") for n in tower)
+    assert len(lora.lora_layers(both.model)) == 7 * layers + 5 * blocks
     assert not any("merger" in n or "lm_head" in n for n, _ in lora.lora_layers(both.model))
     # freeze_vision does not freeze the tower's adapters: actor.lora.vision decides
     frozen = Actor(lora_config(world, lora={"vision": True}, freeze_vision=True).actor, total_steps=1)
@@ -202,10 +244,9 @@ def test_the_reference_is_the_base_with_the_adapters_bypassed(world: World) -> N
     separate = PolicyModel(ActorConfig(model_path=str(world.model), compute_dtype="float32"), trainable=False)
     copy = separate.log_probs(group.sequences, temperature=1.0)
     assert max(float((a - b).abs().max()) for a, b in zip(reference, copy, strict=True)) <= TOLERANCE
+    # the switch is restored: the actor scores with its adapters again
     adapted = group.log_probs(temperature=1.0)
     assert max(float((a - b).abs().max()) for a, b in zip(adapted, copy, strict=True)) > 100 * TOLERANCE
-    # the switch is restored: the actor scores with its adapters again, and they still train
-    assert all(p.requires_grad for n, p in group.actor.model.named_parameters() if ".lora_" in n)
 
 
 def _step(group: LocalActorGroup, world: World, config: TrainConfig, lengths: list[list[int]]) -> list:
@@ -281,7 +322,10 @@ def test_two_fsdp_ranks_train_the_adapters_like_one(world: World, tmp_path: Path
 
 def _checkpoint(group: LocalActorGroup, folder: Path, config: TrainConfig) -> Path:
     group.save(folder)
-    identity = {"lora": config.actor.lora.model_dump(mode="json") if config.actor.lora else None}
+    identity = {
+        "lora": config.actor.lora.model_dump(mode="json") if config.actor.lora else None,
+        "model": ckpt.model_identity(config.actor.model_path),
+    }
     ckpt.write_state(folder, {"step": 1, "run": identity})
     return folder
 
@@ -339,3 +383,22 @@ def test_export_writes_models_transformers_and_peft_load(world: World, tmp_path:
     assert all(torch.equal(state[k], v.to(torch.bfloat16)) for k, v in master.items())
     with pytest.raises(ExportError, match="not a complete checkpoint"):
         export_checkpoint(tmp_path / "full", tmp_path / "nowhere")
+
+
+@pytest.mark.integration
+def test_a_merge_onto_a_changed_base_is_refused(world: World, tmp_path: Path) -> None:
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(world.model, base)
+    config = train_config(World(base, world.frames, world.samples, world.output), lora=LORA)
+    group = LocalActorGroup(config, str(base), world.store, config.effective_rollout())
+    folder = _checkpoint(group, tmp_path / "run" / "step_1", config)
+    saved = json.loads((folder / ckpt.ADAPTER_DIR / lora.CONFIG_FILE).read_text())
+    assert saved["base_model_name_or_path"] == str(base.resolve())  # absolute, wherever export runs
+    settings = json.loads((base / "config.json").read_text())
+    settings["text_config"]["rms_norm_eps"] = 1e-3  # another model under the same path
+    (base / "config.json").write_text(json.dumps(settings))
+    with pytest.raises(ExportError, match="not the model"):
+        export_checkpoint(folder, tmp_path / "merged", merge=True)
+    assert not (tmp_path / "merged").exists()
