@@ -12,9 +12,13 @@ Runs, one at a time (two at once would share the 2 cores):
 3. ``offpolicy``: ``mix`` again with ``trainer.off_policy_steps: 1`` (each batch generated during the
    previous update, one update stale): ``learning_off_policy_heldout_accuracy``,
    ``learning_off_policy_minutes``;
-4. ``rl``: the direction task by pure RL: a format warm start whose offline answers are uniformly random
+4. ``lora``: ``mix`` again training LoRA adapters (``actor.lora``: rank 16, alpha 32, on every projection
+   of the language model and every linear layer of the tower's blocks, lr 1e-3) on the frozen random
+   base: ``learning_lora_heldout_accuracy``,
+   ``learning_lora_minutes``;
+5. ``rl``: the direction task by pure RL: a format warm start whose offline answers are uniformly random
    letters, then GRPO on data with no correct answer anywhere: ``learning_rl_only_accuracy``;
-5. ``cached`` / ``realtime``: the same steps with clips from the frame store vs decoded every time
+6. ``cached`` / ``realtime``: the same steps with clips from the frame store vs decoded every time
    (360p, 10 s sources): ``train_step_realtime_over_cached`` and ``train_tokens_per_s``, plus the
    per-phase breakdown printed and written to docs/benchmarks.md by hand.
 Curves go to docs/learning_curves.png. Figures go to bench/results.json.
@@ -38,6 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "tiny_cpu.yaml"
 RL_CONFIG = ROOT / "examples" / "tiny_cpu_rl.yaml"
 CHANCE = 0.25
+#: the LoRA run's lr. An AdamW step moves B by ~lr a coordinate, so W moves by ~(alpha/r)·lr·|A|·√r
+#: ≈ 0.4·lr here (A ~ U(±1/√128)): 1e-3 moves the weights about as fast as full tuning's 3e-4 does.
+#: 3e-3 overshot (held-out accuracy rose, then fell back to 0.5), 1e-2 collapsed to 0
+LORA_LR = 1.0e-3
+LORA_RANK = 16
 
 
 def run_train(config: Path, overrides: list[str], work: Path, name: str) -> list[dict]:
@@ -133,7 +142,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="budget of the mix and no-mix runs")
     parser.add_argument("--rl-steps", type=int, default=400)
     parser.add_argument("--cache-steps", type=int, default=8)
-    parser.add_argument("--only", default="mix,nomix,rl,offpolicy,cache")
+    parser.add_argument("--lora-lr", type=float, default=LORA_LR, help="the lora run's learning rate")
+    parser.add_argument("--lora-rank", type=int, default=LORA_RANK, help="the lora run's rank (alpha 2x)")
+    parser.add_argument("--only", default="mix,nomix,rl,offpolicy,lora,cache")
     add_load_argument(parser)
     args = parser.parse_args()
     watch = LoadWatch.begin("bench_learning", args.allow_load)
@@ -184,6 +195,22 @@ def main() -> None:
             f"one step off-policy: held-out {val_curve(off)[-1][2]:.3f}, reached 0.9 after {reached} min",
             flush=True,
         )
+    lora_args = [
+        *budget,
+        # the tower adapted too: the task is the clip's colour, which the random tower's frozen blocks
+        # pass on poorly (language-model adapters alone plateaued near 0.6)
+        f"actor.lora={{rank: {args.lora_rank}, alpha: {2 * args.lora_rank}, vision: true}}",
+        f"actor.optim.lr={args.lora_lr}",
+    ]
+    lora = run_train(CONFIG, lora_args, work, "lora") if "lora" in only else earlier_run(work, "lora")
+    if lora is not None:
+        curves["mix-policy, LoRA adapters (colour)"] = lora
+        reached = minutes_to(lora, 0.9)
+        figures["learning_lora_heldout_accuracy"] = round(val_curve(lora)[-1][2], 3)
+        figures["learning_lora_minutes"] = round(
+            reached if reached is not None else lora[-1]["perf/elapsed_s"] / 60, 2
+        )
+        print(f"lora: held-out {val_curve(lora)[-1][2]:.3f}, reached 0.9 after {reached} min", flush=True)
     rl_args = [f"trainer.total_steps={args.rl_steps}", "trainer.val_freq=20", "trainer.save_freq=0"]
     rl = run_train(RL_CONFIG, rl_args, work, "rl") if "rl" in only else earlier_run(work, "rl")
     if rl is not None:

@@ -5,7 +5,8 @@
 #   1. the trainer's half of 3 steps (bench/gpu/actor_steps.py), sized to the device's memory (it prints
 #      the micro-batch and offload it chose): the Actor's scoring pass and update on 32-frame video
 #      prompts with padding_free, then one in the padded layout, each pass's MFU (bench/gpu/flops.py),
-#      precision at true scale, the push's bucket streams; gpu_actor_* figures;
+#      precision at true scale, the push's bucket streams; gpu_actor_* figures; then the same steps
+#      with rank-64 LoRA adapters on a bf16 base (bench/gpu/lora_steps.py): gpu_lora_* figures;
 #   2. when vLLM imports under $PYTHON: 3 steps of the colocated cycle (1 rank + 1 engine sharing the
 #      GPU, sleep/wake, bucketed load), then 3 with the engine in the driver (bench/gpu/colocated_steps.py);
 #      gpu_colocated_* and gpu_driver_* figures. Where it does not, it says so and records
@@ -39,6 +40,8 @@ else
 fi
 echo "[gpu] the trainer's half of 3 steps"
 "$PY" -m bench.gpu.actor_steps --model "$MODEL" --steps 3 --out "$RESULTS" $DRY ${ACTOR_ARGS[@]+"${ACTOR_ARGS[@]}"}
+echo "[gpu] the trainer's half of 3 steps with LoRA adapters"
+"$PY" -m bench.gpu.lora_steps --model "$MODEL" --steps 3 --out "$RESULTS" $DRY ${ACTOR_ARGS[@]+"${ACTOR_ARGS[@]}"}
 if "$PY" -c "import vllm" >/dev/null 2>&1; then
   TOKENS=256; [[ -n "$DRY" ]] && TOKENS=8
   for MODE in colocated driver; do

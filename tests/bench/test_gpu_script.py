@@ -35,6 +35,12 @@ ACTOR_KEYS = (
 )  # fmt: skip
 
 
+LORA_KEYS = (
+    "logprob_s", "update_s", "update_tokens_per_s", "update_peak_memory_gib", "resident_gib",
+    "trainable_params_m", "params_b",
+)  # fmt: skip
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
@@ -50,11 +56,16 @@ def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     figures = json.loads(results.read_text())
     expected = {f"gpu_{mode}_{key}" for mode in ("colocated", "driver") for key in ENGINE_KEYS}
     expected |= {f"gpu_actor_{key}" for key in ACTOR_KEYS}
+    expected |= {f"gpu_lora_{key}" for key in LORA_KEYS}
     assert set(figures) == expected | {"gpu_engine_cycle_ran", ENVIRONMENT_KEY, LOAD_KEY}
     assert figures["gpu_engine_cycle_ran"] == 1  # vLLM imports here, so the engine cycle ran
     assert figures["gpu_colocated_tokens_per_s"] > 0 and figures["gpu_driver_tokens_per_s"] > 0
     assert figures["gpu_colocated_sync_s"] > 0 and figures["gpu_driver_sync_s"] > 0
     assert figures["gpu_actor_steps"] == 3 and figures["gpu_actor_update_tokens_per_s"] > 0
+    # the LoRA steps train a small share of the same model
+    assert figures["gpu_lora_params_b"] > figures["gpu_actor_params_b"]  # the adapters come on top
+    assert 0 < figures["gpu_lora_trainable_params_m"] < 0.2 * 1e3 * figures["gpu_actor_params_b"]
+    assert figures["gpu_lora_update_tokens_per_s"] > 0
     assert figures["gpu_actor_step_s"] > figures["gpu_actor_update_s"]
     # the fp32 master moves nearly every element a step; the tiny model's weights are drawn with std
     # 0.02, where bf16 rounds an lr 1e-6 step away, so a bf16 master moves only the few near zero
@@ -167,7 +178,8 @@ def test_every_wheel_the_device_needs_is_pinned_in_the_lock() -> None:
 # Every module bench/gpu/run.sh imports on the way to its figures (the engine cycle aside: it needs vLLM,
 # which a machine without it skips by name).
 GPU_SCRIPT_MODULES = (
-    "bench.gpu.build_model", "bench.gpu.actor_steps", "bench.gpu.results", "services.trainer.actor",
+    "bench.gpu.build_model", "bench.gpu.actor_steps", "bench.gpu.lora_steps", "bench.gpu.results",
+    "services.trainer.actor", "services.trainer.lora", "peft",
     "services.trainer.algorithms", "services.trainer.batch", "services.trainer.config",
     "services.trainer.update", "services.trainer.weight_buckets", "services.rollout.weight_group",
     "services.rollout.config", "services.rollout.consistency", "services.rollout.media",
