@@ -247,18 +247,21 @@ def main() -> None:
     record(figures, watch)
 
 
-def medians(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+def alternate(variants: tuple[str, ...], repeats: int, *options: str) -> list[dict[str, float]]:
+    """Each variant's child process, in turn, ``repeats`` times; the median of each figure per variant."""
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    for repeat in range(repeats):
+        for variant in variants:
+            result = run_child("--child", variant, *options)
+            runs[variant].append(result)
+            print(f"[{repeat + 1}/{repeats}] {variant}: {result}", flush=True)
+    return [{k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in variants]
 
 
 def serve_figures(args: argparse.Namespace, model: Path) -> dict[str, float]:
-    runs: dict[str, list[dict[str, float]]] = {"merged": [], "adapter": []}
-    for repeat in range(args.repeats):
-        for variant in runs:
-            result = run_child("--child", variant, "--model", str(model), "--work", str(args.work))
-            runs[variant].append(result)
-            print(f"[{repeat + 1}/{args.repeats}] {variant}: {result}", flush=True)
-    merged, adapter = medians(runs["merged"]), medians(runs["adapter"])
+    merged, adapter = alternate(
+        ("merged", "adapter"), args.repeats, "--model", str(model), "--work", str(args.work)
+    )
     return {
         "lora_sync_merged_push_s": round(merged["sync_s"], 3),
         "lora_sync_vllm_adapter_s": round(adapter["sync_s"], 3),
@@ -273,13 +276,7 @@ def serve_figures(args: argparse.Namespace, model: Path) -> dict[str, float]:
 
 
 def train_figures(args: argparse.Namespace, model: Path) -> dict[str, float]:
-    runs: dict[str, list[dict[str, float]]] = {"full": [], "lora": []}
-    for repeat in range(args.repeats):
-        for variant in runs:
-            result = run_child("--child", variant, "--model", str(model), "--steps", str(args.steps))
-            runs[variant].append(result)
-            print(f"[{repeat + 1}/{args.repeats}] {variant}: {result}", flush=True)
-    full, lora = medians(runs["full"]), medians(runs["lora"])
+    full, lora = alternate(("full", "lora"), args.repeats, "--model", str(model), "--steps", str(args.steps))
     return {
         "full_trainable_params": int(full["trainable_params"]),
         "lora_trainable_params": int(lora["trainable_params"]),

@@ -201,7 +201,6 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     from services.trainer.algorithms import AlgorithmConfig
     from services.trainer.batch import TokenSequence
     from services.trainer.config import ActorConfig
-    from services.trainer.update import SequenceTargets, update_policy
     from services.trainer.weight_buckets import full, group_stream, manifest, packed_buckets
 
     device = torch.device("cpu" if args.dry_run else "cuda")
@@ -241,16 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         add("logprob_tflops", flops / seconds / 1e12)
         add("logprob_mfu", mfu(flops, seconds, peak))
         before = {k: p.detach().to("cpu", copy=True) for k, p in params.items()}
-        targets = [
-            SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
-            for i, (s, o) in enumerate(zip(sequences, old, strict=True))
-        ]
-        _, seconds, _, peak_gib, reserved = measured(
-            lambda s=sequences, t=targets: update_policy(
-                actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
-                offline_term="likelihood",
-            )
-        )  # fmt: skip
+        seconds, peak_gib, reserved = measured_update(actor, sequences, old, algorithm, measured)
         step_s += seconds
         add("update_s", seconds)
         add("update_tokens_per_s", tokens / seconds)
@@ -311,6 +301,26 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
+def measured_update(
+    actor: Any, sequences: list[Any], old: list[torch.Tensor], algorithm: Any, measured: Measure
+) -> tuple[float, float, float]:
+    """One update of ``actor`` on ``sequences`` (advantages +1 and -1 in turn, ``old`` their
+    log-probs), measured: its seconds and the peak allocated and reserved device memory (GiB)."""
+    from services.trainer.update import SequenceTargets, update_policy
+
+    targets = [
+        SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
+        for i, (s, o) in enumerate(zip(sequences, old, strict=True))
+    ]
+    _, seconds, _, peak_gib, reserved = measured(
+        lambda: update_policy(
+            actor, sequences, targets, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
+            offline_term="likelihood",
+        )
+    )  # fmt: skip
+    return seconds, peak_gib, reserved
+
+
 def sized_run(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """The micro-batch and offload the device's memory allows (:func:`~bench.gpu.flops.memory_plan`);
     on the CPU (the dry run) what was asked, nothing offloaded. Printed either way."""
@@ -360,7 +370,6 @@ def padded_steps(
     FLOPs over the padded run's time): ``gpu_actor_*_padded`` figures, the last step's, and the tower's
     attention calls in that layout."""
     from services.trainer.batch import TokenSequence
-    from services.trainer.update import SequenceTargets, update_policy
 
     padded_layout(actor)
     out: dict[str, float] = {}
@@ -370,16 +379,7 @@ def padded_steps(
         flops = pass_flops(actor, shape, sequences)
         old, seconds, _, _, _ = measured(lambda s=sequences: actor.log_probs(s))
         out.update(logprob_s_padded=seconds, logprob_mfu_padded=mfu(flops, seconds, peak))
-        targets = [
-            SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
-            for i, (s, o) in enumerate(zip(sequences, old, strict=True))
-        ]
-        _, seconds, _, peak_gib, _ = measured(
-            lambda s=sequences, t=targets: update_policy(
-                actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
-                offline_term="likelihood",
-            )
-        )  # fmt: skip
+        seconds, peak_gib, _ = measured_update(actor, sequences, old, algorithm, measured)
         out.update(update_s_padded=seconds, update_mfu_padded=mfu(3 * flops, seconds, peak))
         out["update_peak_memory_gib_padded"] = peak_gib
         print(f"padded step {step + 1}/{args.padded_steps}: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()),
@@ -410,8 +410,10 @@ def offload_round_trip(actor: Any, device: torch.device) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def step_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments every actor step script shares (this one and ``bench/gpu/lora_steps.py``): the
+    model, the steps' prompts and responses, the micro-batch, the dry run and the results file."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=4)
@@ -420,6 +422,30 @@ def main() -> None:
     parser.add_argument("--side", type=int, default=448, help="frame width and height (a multiple of 28)")
     parser.add_argument("--response-tokens", type=int, default=512)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model: the same code path")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are merged into")
+    return parser
+
+
+def parse_step_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    args = parser.parse_args()
+    if not args.dry_run and not torch.cuda.is_available():
+        parser.error("no CUDA device here: give --dry-run for the CPU path")
+    return args
+
+
+def write_figures(path: Path, figures: dict[str, float], **extra: object) -> None:
+    """``figures`` printed and merged into the results file at ``path`` (with ``extra`` entries)."""
+    from bench.results import write_atomic
+
+    for key, value in figures.items():
+        print(f"{key}: {value:.4f}")
+    old = json.loads(path.read_text()) if path.exists() else {}
+    write_atomic(path, {**old, **figures, **extra})
+
+
+def main() -> None:
+    parser = step_arguments(__doc__.splitlines()[0])
     parser.add_argument("--lr", type=float, default=1e-6, help="the shipped recipes' lr")
     parser.add_argument("--bucket-mb", type=float, default=512.0, help="rollout.weight_bucket_mb's default")
     parser.add_argument(
@@ -427,20 +453,12 @@ def main() -> None:
         help="steps in the padded layout after the packed ones, for the *_padded figures (the kernels are "
         "warm by then)",
     )  # fmt: skip
-    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model: the same code path")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are merged into")
-    args = parser.parse_args()
-    if not args.dry_run and not torch.cuda.is_available():
-        parser.error("no CUDA device here: give --dry-run for the CPU path")
+    args = parse_step_arguments(parser)
     from bench.gpu.results import LOAD_KEY
-    from bench.results import machine_load, write_atomic
+    from bench.results import machine_load
 
     start = machine_load()  # the script's first figure-taking step: its load record begins here
-    figures = run(args)
-    for key, value in figures.items():
-        print(f"{key}: {value:.4f}")
-    old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    write_atomic(args.out, {**old, **figures, LOAD_KEY: {"start": start}})
+    write_figures(args.out, run(args), **{LOAD_KEY: {"start": start}})
 
 
 if __name__ == "__main__":

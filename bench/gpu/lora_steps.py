@@ -18,12 +18,20 @@ full-tuning steps. Figures (``gpu_lora_*``), each the mean over the steps after 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 
-from bench.gpu.actor_steps import GiB, Measure, responses, sized_run, video_prompts
+from bench.gpu.actor_steps import (
+    GiB,
+    Measure,
+    measured_update,
+    parse_step_arguments,
+    responses,
+    sized_run,
+    step_arguments,
+    video_prompts,
+    write_figures,
+)
 
 
 def run(args: argparse.Namespace) -> dict[str, float]:
@@ -31,7 +39,6 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     from services.trainer.algorithms import AlgorithmConfig
     from services.trainer.batch import TokenSequence
     from services.trainer.config import ActorConfig
-    from services.trainer.update import SequenceTargets, update_policy
 
     device = torch.device("cpu" if args.dry_run else "cuda")
     plan = sized_run(args, device)  # the full run's micro-batch, so the two compare
@@ -55,16 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         tokens = sum(s.length for s in sequences)
         old, seconds, _, _, _ = measured(lambda s=sequences: actor.log_probs(s))
         add("logprob_s", seconds)
-        targets = [
-            SequenceTargets(torch.full((len(s.response_ids),), 1.0 if i % 2 == 0 else -1.0), o)
-            for i, (s, o) in enumerate(zip(sequences, old, strict=True))
-        ]
-        _, seconds, _, peak_gib, _ = measured(
-            lambda s=sequences, t=targets: update_policy(
-                actor, s, t, algorithm, kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
-                offline_term="likelihood",
-            )
-        )  # fmt: skip
+        seconds, peak_gib, _ = measured_update(actor, sequences, old, algorithm, measured)
         add("update_s", seconds)
         add("update_tokens_per_s", tokens / seconds)
         add("update_peak_memory_gib", peak_gib)
@@ -82,29 +80,11 @@ def run(args: argparse.Namespace) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=3)
+    parser = step_arguments(__doc__.splitlines()[0])
     parser.add_argument("--rank", type=int, default=64)
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--n", type=int, default=4, help="responses per prompt")
-    parser.add_argument("--frames", type=int, default=32)
-    parser.add_argument("--side", type=int, default=448, help="frame width and height (a multiple of 28)")
-    parser.add_argument("--response-tokens", type=int, default=512)
-    parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--lr", type=float, default=2e-5, help="the LoRA recipe's lr")
-    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model: the same code path")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are merged into")
-    args = parser.parse_args()
-    if not args.dry_run and not torch.cuda.is_available():
-        parser.error("no CUDA device here: give --dry-run for the CPU path")
-    from bench.results import write_atomic
-
-    figures = run(args)
-    for key, value in figures.items():
-        print(f"{key}: {value:.4f}")
-    old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    write_atomic(args.out, {**old, **figures})
+    args = parse_step_arguments(parser)
+    write_figures(args.out, run(args))
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     assert figures["gpu_actor_steps"] == 3 and figures["gpu_actor_update_tokens_per_s"] > 0
     # the LoRA steps train a small share of the same model
     assert figures["gpu_lora_params_b"] > figures["gpu_actor_params_b"]  # the adapters come on top
-    assert 0 < figures["gpu_lora_trainable_params_m"] < 0.2 * 1e3 * figures["gpu_actor_params_b"]
+    # (rank 64 on the tiny model's width of 128 is a large share; on the 3B, rank 64 is ~3 %)
+    assert 0 < figures["gpu_lora_trainable_params_m"] < 1e3 * figures["gpu_actor_params_b"]
     assert figures["gpu_lora_update_tokens_per_s"] > 0
     assert figures["gpu_actor_step_s"] > figures["gpu_actor_update_s"]
     # the fp32 master moves nearly every element a step; the tiny model's weights are drawn with std

@@ -19,14 +19,11 @@ import pytest
 import torch
 
 from services.trainer import checkpoints as ckpt
-from services.trainer.config import load_config
 from services.trainer.export import export_checkpoint
 from services.trainer.loop import Trainer
-from services.trainer.tracking import read_metrics
-from tests.trainer.loop_runs import colour_task
+from tests.trainer.loop_runs import colour_config, colour_task, step_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class RecordingTrainer(Trainer):
@@ -42,32 +39,18 @@ class RecordingTrainer(Trainer):
 
 def train(out: Path, data: dict[str, Path], model: Path, **extra: object) -> RecordingTrainer:
     values = {
-        "data.train_files": f"[{data['colour_mix']}]",
-        "data.val_files": "[]",
-        "data.batch_size": 2,
-        "rollout.n": 4,
-        "actor.model_path": str(model),
         "actor.lora": "{rank: 8, alpha: 16}",
         "actor.optim.lr": 1.0e-2,  # adapters start at B = 0: a large step moves the policy visibly
         "algorithm.kl.mode": "loss",
         "algorithm.kl.coef": 0.1,
-        "trainer.output_dir": str(out),
         "trainer.total_steps": 2,
         "trainer.save_freq": 1,
-        "trainer.val_before_train": "false",
-        "trainer.loggers": "[jsonl]",
         **extra,
     }
-    config = load_config(ROOT / "examples" / "tiny_cpu.yaml", [f"{k}={v}" for k, v in values.items()])
-    trainer = RecordingTrainer(config)
+    trainer = RecordingTrainer(colour_config(out, data, model, **values))
     trainer.tokens = {}
     trainer.fit()
     return trainer
-
-
-def step_metrics(out: Path, step: int) -> dict[str, float]:
-    (found,) = [m for m in read_metrics(out / "metrics.jsonl") if m["step"] == step]
-    return found
 
 
 def test_lora_rollouts_see_the_adapters_and_a_resume_repeats_the_step(

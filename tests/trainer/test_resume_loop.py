@@ -20,8 +20,7 @@ import pytest
 from services.trainer import checkpoints as ckpt
 from services.trainer.config import load_config
 from services.trainer.loop import Trainer
-from services.trainer.tracking import read_metrics
-from tests.trainer.loop_runs import colour_task
+from tests.trainer.loop_runs import colour_task, step_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,11 +82,6 @@ def train(out: Path, data: dict[str, Path], model: Path, **extra: object) -> Rec
     trainer.tokens, trainer.served = {}, {}
     trainer.fit()
     return trainer
-
-
-def step_metrics(out: Path, step: int) -> dict[str, float]:
-    (found,) = [m for m in read_metrics(out / "metrics.jsonl") if m["step"] == step]
-    return found
 
 
 def test_a_warm_started_kl_run_resumed_on_two_engines_repeats_the_uninterrupted_step(
