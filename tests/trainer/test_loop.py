@@ -183,3 +183,30 @@ def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_p
         assert r["actor/rollout_logprob_diff_max"] < 1e-4
         assert r["actor/grad_norm"] > 0
     assert (out / "checkpoints" / "step_000002" / "optim_rank1.pt").exists()
+
+
+def test_lora_on_two_ray_ranks_pushes_merged_weights_to_a_ray_engine(
+    assets, reelrl_home: Path, tmp_path: Path
+) -> None:
+    """`actor.lora` on 2 FSDP ranks on Ray with the engine a Ray actor: the push announces and sends the
+    merged weights by the checkpoint's names (rank 0's buckets by reference), so step 2, sampled after
+    step 1's adapters moved the policy, is scored by the ranks as vLLM sampled it."""
+    out = tmp_path / "ray-lora"
+    args = overrides(
+        assets, out,
+        **{"trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.use_ray": "true", "actor.world_size": 2,
+           "actor.lora": "{rank: 8, alpha: 16}", "actor.optim.lr": 1.0e-2, "algorithm.kl.mode": "loss",
+           "algorithm.kl.coef": 0.1},
+    )  # fmt: skip
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+    proc = subprocess.run(
+        _train_cmd(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "actor ranks on Ray" in proc.stderr and "rollout engine on Ray" in proc.stderr
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    # the ranks' old log-probs of step 2's tokens against vLLM's (KL on: the old ones are computed)
+    assert abs(rows[2]["rollout_corr/kl"]) < 1e-4 and rows[2]["rollout_corr/ratio_max"] < 1 + 1e-3, rows[2]
+    assert rows[2]["actor/kl_ref"] > 1e-6  # the adapters moved the policy from the base by then
+    assert (out / "checkpoints" / "step_000002" / "adapter" / "adapter_model.safetensors").is_file()
