@@ -402,3 +402,54 @@ def test_a_merge_onto_a_changed_base_is_refused(world: World, tmp_path: Path) ->
     with pytest.raises(ExportError, match="not the model"):
         export_checkpoint(folder, tmp_path / "merged", merge=True)
     assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_exported_adapter_folder_serves_in_vllm_as_peft_applies_it(world: World, tmp_path: Path) -> None:
+    """``reelrl export`` without ``--merge``: vLLM's LoRA serving loads the folder onto the base and its
+    log-probs of a greedy response are those of peft's model (fp32 both), and differ from the base's."""
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    from services.rollout.vllm_bridge import engine_kwargs
+
+    config = lora_config(world)
+    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
+    with torch.no_grad():  # trained adapters: B no longer zero
+        generator = torch.Generator().manual_seed(3)
+        for name, param in group.actor.model.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(0.2 * torch.randn(param.shape, generator=generator))
+    folder = _checkpoint(group, tmp_path / "run" / "step_1", config)
+    assert export_checkpoint(folder, tmp_path / "adapter") == "adapter"
+
+    kwargs = engine_kwargs(str(world.model), config.effective_rollout())
+    kwargs.pop("worker_extension_cls")
+    llm = LLM(**{**kwargs, "distributed_executor_backend": "uni"}, enable_lora=True, max_lora_rank=8)
+    try:
+        prompt = [11, 42, 7, 99, 5, 23]
+        params = SamplingParams(max_tokens=6, temperature=0.0, logprobs=0, ignore_eos=True)
+        request = LoRARequest("exported", 1, str(tmp_path / "adapter"))
+        (output,) = llm.generate([{"prompt_token_ids": prompt}], params, lora_request=request, use_tqdm=False)
+    finally:  # the engine core's process and its renderer, as RolloutEngine.shutdown stops them
+        if (renderer := getattr(llm.llm_engine, "renderer", None)) is not None:
+            renderer.shutdown()
+        llm.llm_engine.engine_core.shutdown()
+    completion = output.outputs[0]
+    ids = list(completion.token_ids)
+    served = torch.tensor([float(pos[t].logprob) for pos, t in zip(completion.logprobs, ids, strict=True)])
+
+    def scored(model: Any) -> torch.Tensor:
+        full = torch.tensor([prompt + ids])
+        with torch.no_grad():
+            logits = model(input_ids=full).logits[0, len(prompt) - 1 : -1].float()
+        return logits.log_softmax(-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+
+    base = AutoModelForImageTextToText.from_pretrained(world.model, dtype=torch.float32).eval()
+    plain = scored(base)
+    adapted = scored(PeftModel.from_pretrained(base, tmp_path / "adapter").eval())
+    assert (adapted - served).abs().max() < 1e-4
+    assert (plain - served).abs().max() > 1e-3
