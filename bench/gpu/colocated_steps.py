@@ -68,6 +68,7 @@ def run(
     from transformers import AutoModelForImageTextToText
 
     from services.rollout.config import EngineConfig, RolloutConfig
+    from services.trainer.weight_buckets import weight_buckets
 
     dtype = torch.float32 if dry_run else torch.bfloat16
     device = "cpu" if dry_run else "cuda"
@@ -115,7 +116,7 @@ def run(
             wake = time.perf_counter() - t
             t = time.perf_counter()
             if mode == "colocated":
-                shard.load_from(actor, dtype, bucket_mb)
+                shard.load_from(weight_buckets(actor, dtype, bucket_mb, device))
             else:
                 shard.push_weights(
                     {

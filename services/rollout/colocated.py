@@ -13,9 +13,10 @@ The update cycle, per rank:
    and drops the KV cache, so FSDP gets the GPU memory back (tags ``weights`` and ``kv_cache``);
 2. the update;
 3. ``wake_up(["weights"])`` (the weight buffers only, the KV cache stays released while the full
-   tensors travel), then :meth:`ColocatedShard.load_from` walks the FSDP parameters bucket by bucket
-   (``full_tensor()`` per parameter, a collective every rank makes in step, cast to the engine's dtype)
-   and loads each bucket in place; no tensor leaves the rank's process, nothing goes through the driver;
+   tensors travel), then :meth:`ColocatedShard.load_from` takes the trainer's pass over the FSDP
+   parameters bucket by bucket (``full_tensor()`` per parameter, a collective every rank makes in step,
+   cast to the engine's dtype, on the rank's device: ``services.trainer.weight_buckets``) and loads each
+   bucket in place; no tensor leaves the rank's process, nothing goes through the driver;
 4. ``wake_up(["kv_cache"])`` and generate.
 
 vLLM's CPU backend hosts the engines (tests/trainer/test_colocated.py: 2 gloo ranks, 2 engines, parity
@@ -29,10 +30,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
@@ -46,7 +45,7 @@ from services.rollout.vllm_bridge import (
     seeds_supported,
     sleep_mode_available,
 )
-from services.rollout.weight_sync import check_announced, check_bucket, checkpoint_shapes
+from services.rollout.weight_sync import WeightBuckets, check_announced, check_bucket, checkpoint_shapes
 
 log = logging.getLogger(__name__)
 
@@ -69,39 +68,18 @@ def colocated_kwargs(model: str, config: RolloutConfig, world_size: int) -> dict
     return kwargs
 
 
-def _device() -> torch.device:
-    return (
-        torch.device("cuda", torch.cuda.current_device())
-        if torch.cuda.is_available()
-        else torch.device("cpu")
-    )
-
-
-def load_from_model(
-    llm: Any,
-    checkpoint: Checkpoint,
-    model: torch.nn.Module | Mapping[str, Any],
-    dtype: torch.dtype | None,
-    bucket_mb: float,
-    rank: int,
-) -> int:
-    """Load the FSDP ``model``'s current weights, bucket by bucket, into the in-process engine ``llm``;
-    every rank calls it together (each bucket is gathered collectively). ``model``: the module (its
-    state dict is pushed) or the tensors the engine must get by checkpoint name (a LoRA actor's merged
-    view, whose entries are made whole by ``full_tensor()`` like a DTensor's). Names and shapes are
-    checked against the checkpoint before the first bucket. Returns how many buckets it took."""
-    from services.trainer.weight_buckets import full, group_stream, manifest
-
-    state = model if isinstance(model, Mapping) else model.state_dict()
-    entries = manifest(state, dtype)
-    announced = [(e.name, e.shape) for e in entries]
+def load_from_model(llm: Any, checkpoint: Checkpoint, weights: WeightBuckets, rank: int) -> int:
+    """Load ``weights`` (a pass the trainer makes over its FSDP model, bucket by bucket, on this rank's
+    device) into the in-process engine ``llm``; every rank calls it together (each bucket is gathered
+    collectively as the pass makes it). Names and shapes are checked against the checkpoint before the
+    first bucket. Returns how many buckets it took."""
+    announced = list(weights.announced)
     check_announced(announced, checkpoint.parameter_names, checkpoint_shapes(checkpoint))
     rpc = llm.collective_rpc
     rpc("reelrl_begin_buckets")
     count, offset = 0, 0
     try:
-        stream = ((n, full(t)) for n, t in state.items())
-        for bucket in group_stream(stream, entries, bucket_mb, _device()):
+        for bucket in weights.open():
             check_bucket(bucket, announced[offset : offset + len(bucket)])
             (loaded,) = rpc("reelrl_load_tensors", args=(bucket,))
             if loaded != len(bucket):
@@ -168,13 +146,11 @@ class ColocatedShard:
 
     # -- weights ------------------------------------------------------------------------------------
 
-    def load_from(
-        self, model: torch.nn.Module | Mapping[str, Any], dtype: torch.dtype | None, bucket_mb: float
-    ) -> int:
-        """Load the FSDP ``model``'s current weights into this rank's engine (:func:`load_from_model`);
-        the engine's ``weight_version`` goes up by one."""
+    def load_from(self, weights: WeightBuckets) -> int:
+        """Load the FSDP model's current weights, as the trainer's pass ``weights`` gathers them, into
+        this rank's engine (:func:`load_from_model`); the engine's ``weight_version`` goes up by one."""
         try:
-            return load_from_model(self.llm, self.checkpoint, model, dtype, bucket_mb, self.rank)
+            return load_from_model(self.llm, self.checkpoint, weights, self.rank)
         finally:
             self.weight_version += 1
             self.llm.llm_engine.set_weight_version(str(self.weight_version))
@@ -269,14 +245,12 @@ class ColocatedRolloutEngine(RolloutEngine):
             self.llm.wait_for_completion(use_tqdm=False)
         self._looped = True
 
-    def load_from(
-        self, model: torch.nn.Module | Mapping[str, Any], dtype: torch.dtype | None, bucket_mb: float
-    ) -> int:
-        """The FSDP ``model``'s weights into this rank's engine (:func:`load_from_model`, all ranks at
-        once); returns the engine's new weight version."""
+    def load_from(self, weights: WeightBuckets) -> int:
+        """The FSDP model's weights (the trainer's pass ``weights``) into this rank's engine
+        (:func:`load_from_model`, all ranks at once); returns the engine's new weight version."""
         self._check_ready("push weights")
         try:
-            load_from_model(self.llm, self.checkpoint, model, dtype, bucket_mb, self.rank)
+            load_from_model(self.llm, self.checkpoint, weights, self.rank)
         finally:
             self.weight_version += 1
             self.llm.llm_engine.set_weight_version(str(self.weight_version))

@@ -302,8 +302,13 @@ class ActorWorker:
         return [g.model_dump() for g in groups]
 
     def engine_load(self, bucket_mb: float) -> int:
-        # the tensors the engine gets: the state dict, or a LoRA actor's merged view
-        return self.engine.load_from(self.group.actor.push_state(), self.group.push_dtype, bucket_mb)
+        from services.trainer.weight_buckets import weight_buckets
+
+        # on the rank's own device; a LoRA actor's merged view (weight_buckets reads push_state)
+        actor = self.group.actor
+        return self.engine.load_from(
+            weight_buckets(actor.model, self.group.push_dtype, bucket_mb, actor.device)
+        )
 
     def engine_sleep(self, level: int) -> bool:
         return self.engine.sleep(level)

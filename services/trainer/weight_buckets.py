@@ -147,13 +147,14 @@ def group_stream(
 
 
 def buckets(
-    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float
+    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float, device: torch.device | str = "cpu"
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """The model's tensors, bucket by bucket, under checkpoint names, gathered one tensor at a time.
-    Every rank yields the same buckets (colocated engines each load their own; a disaggregated push
-    sends rank 0's); a caller that stops early must stop on every rank."""
+    """The model's tensors, bucket by bucket, under checkpoint names, gathered one tensor at a time,
+    on ``device``. Every rank yields the same buckets (colocated engines each load their own, on the
+    rank's device; a disaggregated push sends rank 0's, from host memory); a caller that stops early
+    must stop on every rank."""
     state = push_state(model)
-    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb)
+    return group_stream(((n, full(t)) for n, t in state.items()), manifest(state, dtype), bucket_mb, device)
 
 
 def packed_buckets(
@@ -215,12 +216,15 @@ def bucket_slots(entries: Sequence[Entry], bucket_mb: float) -> list[list[tuple[
     return [slots_for(group) for group in plan(entries, bucket_mb)]
 
 
-def weight_buckets(model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float) -> WeightBuckets:
-    """A push of ``model`` in buckets that each engine reads in a pass of its own (a model on one
-    rank: nothing is gathered, so passes may run side by side)."""
+def weight_buckets(
+    model: torch.nn.Module, dtype: torch.dtype | None, bucket_mb: float, device: torch.device | str = "cpu"
+) -> WeightBuckets:
+    """A push of ``model`` in buckets on ``device`` that each engine reads in a pass of its own (a
+    model on one rank: nothing is gathered, so passes may run side by side; a sharded one: every rank
+    opens its pass together, as colocated engines do)."""
     entries = manifest(push_state(model), dtype)
     return WeightBuckets(
         announced=tuple((e.name, e.shape) for e in entries),
-        open=lambda: buckets(model, dtype, bucket_mb),
+        open=lambda: buckets(model, dtype, bucket_mb, device),
         nbytes=sum(e.nbytes for e in entries),
     )

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from services.rollout.colocated import ColocatedShard
 from services.rollout.config import EngineConfig, RolloutConfig
+from services.trainer.weight_buckets import weight_buckets
 
 BUCKET_MB = 1 / 32  # 32 KiB: many buckets, layers split across them
 
@@ -55,7 +56,7 @@ def load_lora_actor(
     merged.load_state_dict({k: v.full_tensor() for k, v in lora.merged_state(adapted).items()
                             if isinstance(v, lora.MergedWeight)}, strict=False)  # fmt: skip
     actor = fully_shard(adapted)
-    shard.load_from(lora.push_state(actor), torch.float32, BUCKET_MB)
+    shard.load_from(weight_buckets(actor, torch.float32, BUCKET_MB))  # reads the merged view
     ids, logprobs = generate(shard, prompt)
     return {
         "gap_lora_vs_merged": (hf_logprobs(merged.eval(), prompt, ids) - torch.tensor(logprobs))
@@ -86,7 +87,7 @@ def main(model_path: str, out: Path) -> None:
         ids, before = generate(shard, prompt)
         before_gap = (hf_logprobs(old, prompt, ids) - torch.tensor(before)).abs().max().item()
         slept = shard.sleep()
-        buckets = shard.load_from(actor, torch.float32, BUCKET_MB)
+        buckets = shard.load_from(weight_buckets(actor, torch.float32, BUCKET_MB))
         woke = shard.wake_up()
         ids, after = generate(shard, prompt)
         weight_version = shard.weight_version
