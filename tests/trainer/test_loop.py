@@ -156,25 +156,34 @@ def test_train_job_reports_every_step_and_qwen3_logprobs_match_vllm(
         assert m["rollout_corr/clipped_frac"] == 0.0 and abs(m["rollout_corr/kl"]) < 1e-4, m
 
 
-def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_path: Path) -> None:
-    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, the vLLM engine as a Ray
-    actor in its own, on
-    joint image-video data (still images read from their files beside the engine and on each rank)."""
-    out = tmp_path / "ray-run"
+def train_on_ray(assets: dict[str, Path], out: Path, **extra: object) -> list[dict]:
+    """Two steps of `reelrl train` with 2 FSDP ranks on Ray and the engine a Ray actor (``extra``: more
+    overrides), checked to have run there and logged every step; the metrics rows."""
     args = overrides(
         assets, out,
         **{"trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.use_ray": "true", "actor.world_size": 2,
-           "data.train_files": f"[{assets['colour_mix']},{assets['colour_images_mix']}]"},
+           **extra},
     )  # fmt: skip
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
     proc = subprocess.run(
-        _train_cmd(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        _train_cmd(args), cwd=out.parent, env=env, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     # both the ranks and the vLLM engine ran as Ray actors (each in its placement group)
     assert "actor ranks on Ray" in proc.stderr and "rollout engine on Ray" in proc.stderr
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
+    return rows
+
+
+def test_two_fsdp_ranks_on_ray_train_end_to_end(assets, reelrl_home: Path, tmp_path: Path) -> None:
+    """`trainer.use_ray`: the actor as 2 FSDP ranks in a Ray placement group, the vLLM engine as a Ray
+    actor in its own, on
+    joint image-video data (still images read from their files beside the engine and on each rank)."""
+    out = tmp_path / "ray-run"
+    rows = train_on_ray(
+        assets, out, **{"data.train_files": f"[{assets['colour_mix']},{assets['colour_images_mix']}]"}
+    )
     batches = [json.loads(line)["samples"] for line in (out / "batches.jsonl").read_text().splitlines()]
     used = [i for b in batches for i in b]
     assert any(i.startswith("image-") for i in used) and any(not i.startswith("image-") for i in used)
@@ -192,20 +201,11 @@ def test_lora_on_two_ray_ranks_pushes_merged_weights_to_a_ray_engine(
     merged weights by the checkpoint's names (rank 0's buckets by reference), so step 2, sampled after
     step 1's adapters moved the policy, is scored by the ranks as vLLM sampled it."""
     out = tmp_path / "ray-lora"
-    args = overrides(
+    rows = train_on_ray(
         assets, out,
-        **{"trainer.total_steps": 2, "trainer.val_freq": 0, "trainer.use_ray": "true", "actor.world_size": 2,
-           "actor.lora": "{rank: 8, alpha: 16}", "actor.optim.lr": 1.0e-2, "algorithm.kl.mode": "loss",
+        **{"actor.lora": "{rank: 8, alpha: 16}", "actor.optim.lr": 1.0e-2, "algorithm.kl.mode": "loss",
            "algorithm.kl.coef": 0.1},
     )  # fmt: skip
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
-    proc = subprocess.run(
-        _train_cmd(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "actor ranks on Ray" in proc.stderr and "rollout engine on Ray" in proc.stderr
-    rows = read_metrics(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [0, 1, 2]
     # the ranks' old log-probs of step 2's tokens against vLLM's (KL on: the old ones are computed)
     assert abs(rows[2]["rollout_corr/kl"]) < 1e-4 and rows[2]["rollout_corr/ratio_max"] < 1 + 1e-3, rows[2]
     assert rows[2]["actor/kl_ref"] > 1e-6  # the adapters moved the policy from the base by then
