@@ -91,6 +91,18 @@ def minutes_to(rows: list[dict], target: float) -> float | None:
     return None
 
 
+def held_out(rows: list[dict], prefix: str, figures: dict[str, float]) -> tuple[float, float | None]:
+    """A colour run's figures into ``figures``: ``<prefix>heldout_accuracy`` (at the end) and
+    ``<prefix>minutes`` (until it first reached 0.9, the whole run's when it never did); returns the
+    final accuracy and the minutes to 0.9 (None: never)."""
+    final, reached = val_curve(rows)[-1][2], minutes_to(rows, 0.9)
+    figures[f"{prefix}heldout_accuracy"] = round(final, 3)
+    figures[f"{prefix}minutes"] = round(
+        reached if reached is not None else rows[-1]["perf/elapsed_s"] / 60, 2
+    )
+    return final, reached
+
+
 def plot(curves: dict[str, list[dict]], path: Path) -> None:
     import matplotlib
 
@@ -159,12 +171,7 @@ def main() -> None:
     mix = run_train(CONFIG, budget, work, "mix") if "mix" in only else earlier_run(work, "mix")
     if mix is not None:
         curves["mix-policy (colour)"] = mix
-        final = val_curve(mix)[-1][2]
-        reached = minutes_to(mix, 0.9)
-        figures["learning_heldout_accuracy"] = round(final, 3)
-        figures["learning_minutes"] = round(
-            reached if reached is not None else mix[-1]["perf/elapsed_s"] / 60, 2
-        )
+        final, reached = held_out(mix, "learning_", figures)
         print(f"mix: held-out {final:.3f} (best {max(a for *_, a in val_curve(mix)):.3f}), "
               f"reached 0.9 after {reached} min", flush=True)  # fmt: skip
     nomix_args = [*budget, "data.train_files=[reelrl-data/colour_train.jsonl]", "rollout.mix_policy=false"]
@@ -186,15 +193,8 @@ def main() -> None:
     )
     if off is not None:
         curves["mix-policy, one step off-policy (colour)"] = off
-        reached = minutes_to(off, 0.9)
-        figures["learning_off_policy_heldout_accuracy"] = round(val_curve(off)[-1][2], 3)
-        figures["learning_off_policy_minutes"] = round(
-            reached if reached is not None else off[-1]["perf/elapsed_s"] / 60, 2
-        )
-        print(
-            f"one step off-policy: held-out {val_curve(off)[-1][2]:.3f}, reached 0.9 after {reached} min",
-            flush=True,
-        )
+        final, reached = held_out(off, "learning_off_policy_", figures)
+        print(f"one step off-policy: held-out {final:.3f}, reached 0.9 after {reached} min", flush=True)
     lora_args = [
         *budget,
         # the tower adapted too: the task is the clip's colour, which the random tower's frozen blocks
@@ -205,12 +205,8 @@ def main() -> None:
     lora = run_train(CONFIG, lora_args, work, "lora") if "lora" in only else earlier_run(work, "lora")
     if lora is not None:
         curves["mix-policy, LoRA adapters (colour)"] = lora
-        reached = minutes_to(lora, 0.9)
-        figures["learning_lora_heldout_accuracy"] = round(val_curve(lora)[-1][2], 3)
-        figures["learning_lora_minutes"] = round(
-            reached if reached is not None else lora[-1]["perf/elapsed_s"] / 60, 2
-        )
-        print(f"lora: held-out {val_curve(lora)[-1][2]:.3f}, reached 0.9 after {reached} min", flush=True)
+        final, reached = held_out(lora, "learning_lora_", figures)
+        print(f"lora: held-out {final:.3f}, reached 0.9 after {reached} min", flush=True)
     rl_args = [f"trainer.total_steps={args.rl_steps}", "trainer.val_freq=20", "trainer.save_freq=0"]
     rl = run_train(RL_CONFIG, rl_args, work, "rl") if "rl" in only else earlier_run(work, "rl")
     if rl is not None:
