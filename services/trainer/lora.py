@@ -95,8 +95,8 @@ def inject(model: Any, lora: Any, dtype: torch.dtype) -> list[str]:
     inject_adapter_in_model(config, model, adapter_name=ADAPTER, low_cpu_mem_usage=on_meta)
     adapted = [name for name, module in model.named_modules() if _is_lora(module)]
     for name, param in model.named_parameters():
-        param.requires_grad_(".lora_" in name)
-        if ".lora_" in name:
+        param.requires_grad_(is_adapter(name))
+        if is_adapter(name):
             param.data = param.data.to(dtype)  # on meta too: the shard is allocated in this dtype
     return adapted
 
@@ -121,6 +121,12 @@ def _is_lora(module: Any) -> bool:
     return hasattr(module, "lora_A") and hasattr(module, "base_layer")
 
 
+def is_adapter(key: str) -> bool:
+    """Whether a parameter or state-dict key is an adapter's (``…q_proj.lora_A.default.weight``): in
+    no checkpoint, the only thing trained."""
+    return ".lora_" in key
+
+
 def lora_layers(model: Any) -> list[tuple[str, Any]]:
     return [(name, module) for name, module in model.named_modules() if _is_lora(module)]
 
@@ -131,7 +137,7 @@ def has_adapters(model: Any) -> bool:
 
 def adapter_names(model: Any) -> list[str]:
     """The adapters' state-dict keys (``…q_proj.lora_A.default.weight``), in state-dict order."""
-    return [k for k in model.state_dict() if ".lora_" in k]
+    return [k for k in model.state_dict() if is_adapter(k)]
 
 
 def init_adapters(model: Any, dtype: torch.dtype) -> None:
@@ -140,7 +146,7 @@ def init_adapters(model: Any, dtype: torch.dtype) -> None:
     any number of ranks starts from the same adapters. Parameters on meta are allocated first."""
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if ".lora_" not in name:
+            if not is_adapter(name):
                 continue
             shape = tuple(param.shape)
             if ".lora_A." in name:
@@ -218,13 +224,13 @@ def merged_state(model: Any) -> dict[str, Any]:
     layers = dict(lora_layers(model))
     out: dict[str, Any] = {}
     for key, value in model.state_dict().items():
-        if ".lora_" in key:
+        if is_adapter(key):
             continue
         if BASE + "." not in key:
             out[key] = value
             continue
         owner, _, leaf = key.rpartition(BASE + ".")
-        name = f"{owner}.{leaf}"
+        name = original_name(key)
         module = layers.get(owner)  # state-dict keys are module paths (FSDP2 adds no wrapper names)
         if leaf == "weight" and module is not None and ADAPTER in module.lora_A:
             a, b = module.lora_A[ADAPTER].weight, module.lora_B[ADAPTER].weight
@@ -241,7 +247,7 @@ def original_name(key: str) -> str:
 
 def adapter_state(model: Any) -> dict[str, torch.Tensor]:
     """The adapters' tensors (sharded ones as they are: gather with ``full``), by state-dict key."""
-    return {k: v for k, v in model.state_dict().items() if ".lora_" in k}
+    return {k: v for k, v in model.state_dict().items() if is_adapter(k)}
 
 
 def push_state(model: Any) -> dict[str, Any]:

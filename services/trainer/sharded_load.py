@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from services.trainer.lora import is_adapter
 from services.trainer.weight_files import WeightFiles, load_names
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def load_shards(model: Any, path: str | Path, device: torch.device) -> None:
             names = load_names(model, files.tensor_names())
             missing = []
             for keys, target in distinct_tensors(model):
-                if any(".lora_" in k for k in keys):  # adapters: in no checkpoint (lora.init_adapters)
+                if any(is_adapter(k) for k in keys):  # in no checkpoint: lora.init_adapters fills them
                     continue
                 key = next((names[k] for k in keys if k in names), None)
                 if key is None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from services.trainer.lora import is_adapter, original_name
+
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 #: safetensors' dtype names
@@ -48,7 +50,7 @@ def load_names(model: Any, file_keys: Iterable[str]) -> dict[str, str]:
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     # LoRA layers (services/trainer/lora.py) keep the original weight as ``….base_layer.weight``: the
     # checkpoint names it ``….weight``; their adapters are in no checkpoint
-    actual = {k.replace(".base_layer.", "."): k for k in model.state_dict() if ".lora_" not in k}
+    actual = {original_name(k): k for k in model.state_dict() if not is_adapter(k)}
     model_keys = {k: k for k in actual}
     prefix = model.base_model_prefix
     names: dict[str, str] = {}
