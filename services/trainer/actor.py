@@ -354,8 +354,7 @@ class PolicyModel:
         floating ones cast to ``dtype`` (None: as stored, i.e. the master weights, for a checkpoint)."""
         if self.lora is not None:  # the merged weights, one at a time (all ranks gather each), kept
             out = {}  # on rank 0's host only: no rank holds the whole model on its device
-            for key, value in self.push_state().items():
-                whole = _cast(_full(value), dtype)
+            for key, whole in self.full_tensors(dtype):
                 if self.rank == 0:
                     out[key] = whole.cpu()
                 del whole
@@ -393,6 +392,7 @@ class PolicyModel:
         the folder on rank 0, None elsewhere. Every rank must call: the tensors are gathered one at a
         time and written as they come (``model.safetensors``, the names and order ``save_pretrained``
         would write), so no rank ever holds more than one whole tensor beside its shards."""
+        from services.trainer.weight_buckets import cast_dtype
         from services.trainer.weight_files import SINGLE_FILE, save_plan, write_safetensors
 
         state = self.push_state()
@@ -411,7 +411,7 @@ class PolicyModel:
                     shutil.rmtree(stale, ignore_errors=True)
                 tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
                 layout = {
-                    saved: (_floating(state[key].dtype, dtype), tuple(state[key].shape))
+                    saved: (cast_dtype(state[key].dtype, dtype), tuple(state[key].shape))
                     for key, saved in plan
                 }
                 write_safetensors(tmp / SINGLE_FILE, layout, gathered)
@@ -513,11 +513,6 @@ def _eval_mode(model: Any) -> Iterator[None]:
         yield
     finally:
         model.train(was)
-
-
-def _floating(stored: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype :func:`_cast` gives a tensor stored as ``stored``."""
-    return dtype if dtype is not None and stored.is_floating_point else stored
 
 
 def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:

@@ -97,10 +97,12 @@ def checkpoint_dtype(hf_config: Any) -> torch.dtype | None:
 def manifest(state: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> list[Entry]:
     """Every tensor a push carries, in push order, without gathering anything (a DTensor knows its
     global shape). ``dtype`` None: each floating tensor travels as stored."""
-    return [Entry(name, tuple(t.shape), _cast_dtype(t.dtype, dtype)) for name, t in state.items()]
+    return [Entry(name, tuple(t.shape), cast_dtype(t.dtype, dtype)) for name, t in state.items()]
 
 
-def _cast_dtype(stored: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
+def cast_dtype(stored: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype a tensor stored as ``stored`` travels or is saved in: ``dtype`` for a floating one
+    (None: as stored), its own for an integer buffer."""
     return dtype if dtype is not None and stored.is_floating_point else stored
 
 
