@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from services.trainer import checkpoints as ckpt
+from services.trainer import lora as lora_files
 
 EXPORT_DTYPE = "bfloat16"
 
@@ -34,6 +35,12 @@ def export_checkpoint(checkpoint: Path, out: Path, *, merge: bool = False) -> st
         raise ExportError(
             f"{checkpoint}: not a complete checkpoint (no {ckpt.STATE_FILE}); name a checkpoints/step_NNNNNN folder"
         )
+    from services.common.outputs import OutputTaken, check_usable
+
+    try:  # a name the file system refuses, or under a file: refused now, not after the merge
+        check_usable(out, "Choose a new output folder.")
+    except OutputTaken as exc:
+        raise ExportError(str(exc)) from None
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} exists and is not an empty folder: choose a new output folder")
     model, adapter = checkpoint / ckpt.MODEL_DIR, checkpoint / ckpt.ADAPTER_DIR
@@ -57,7 +64,7 @@ def _lora_of(checkpoint: Path, adapter: Path) -> tuple[dict, str]:
     if not lora:
         raise ExportError(f"{checkpoint}: holds {ckpt.ADAPTER_DIR}/ but its state records no actor.lora")
     trained = run.get("model") or {}
-    base = trained.get("path") or json.loads((adapter / "adapter_config.json").read_text()).get(
+    base = trained.get("path") or json.loads((adapter / lora_files.CONFIG_FILE).read_text()).get(
         "base_model_name_or_path"
     )
     if not base or not (Path(base) / "config.json").is_file():

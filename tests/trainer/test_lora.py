@@ -349,6 +349,8 @@ def test_export_writes_models_transformers_and_peft_load(world: World, tmp_path:
     folder = _checkpoint(group, tmp_path / "lora" / "step_1", config)
     with pytest.raises(ExportError, match="not an empty folder"):
         export_checkpoint(folder, world.model)
+    with pytest.raises(ExportError, match="is not a folder"):  # under a file: refused before any work
+        export_checkpoint(folder, world.model / "config.json" / "out")
     assert export_checkpoint(folder, tmp_path / "adapter") == "adapter"
     assert export_checkpoint(folder, tmp_path / "merged", merge=True) == "model"
 
