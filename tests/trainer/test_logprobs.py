@@ -290,12 +290,19 @@ def test_the_actor_scores_in_chunks_as_it_did_whole(
     assert set(chunked["grads"]) == set(full["grads"])
     head_name = "lm_head.weight" if not tied else next(n for n in full["grads"] if "embed_tokens" in n)
     assert chunked["grads"][head_name].abs().sum() > 0
+    # bf16: the head's gradient into the hidden states differs by bf16 rounding between the two sums,
+    # and that difference reaches every layer below; how much depends on the matmul's blocking (the
+    # thread count), measured up to 2^-7 of a tensor's largest entry. So each tensor is compared to a
+    # slice of its own scale and as a whole (relative norm); a real chunking fault is off by O(1).
+    share, whole = (1e-5, 1e-5) if compute_dtype == "float32" else (2**-5, 2**-6)
     for name, grad in chunked["grads"].items():
-        scale = full["grads"][name].abs().max().item()
+        expected = full["grads"][name]
+        scale = expected.abs().max().item()
         torch.testing.assert_close(
-            grad, full["grads"][name], rtol=grads, atol=grads * 0.1 * max(scale, 1e-3),
-            msg=lambda m, name=name: f"{name}: {m}",
+            grad, expected, rtol=grads, atol=share * max(scale, 1e-3), msg=lambda m, name=name: f"{name}: {m}",
         )  # fmt: skip
+        relative = ((grad - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+        assert relative <= whole, (name, relative)
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl", "qwen3_5"])
