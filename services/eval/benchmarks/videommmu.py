@@ -11,16 +11,17 @@ Adaptation answers are numbers (numerical) or text (open-ended).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from services.common.samples import Sample
-from services.eval.benchmarks.base import Benchmark, fixed, make_sample
+from services.eval.benchmarks.base import Benchmark, fixed, make_sample, reader_view
 from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.files import read_json, read_rows, require
 from services.eval.benchmarks.options import lettered
 from services.eval.benchmarks.registry import register
+from services.eval.benchmarks.results import ItemResult, Summary
 from services.reward.extract.numbers import single_reading
 
 TRACKS = ("Perception", "Comprehension", "Adaptation")
@@ -97,12 +98,40 @@ class VideoMMMU(Benchmark):
                 samples.append(make_sample(fields, where=where))
         return samples
 
+    def summarise(
+        self, samples: Sequence[Sample], results: Mapping[str, ItemResult], reader: str = "official"
+    ) -> Summary:
+        """The official summary, plus ``metrics["accuracy_over_readable"]``: the official reader's
+        accuracy over only the answers it read, beside the headline over every item as lmms-eval
+        counts them (EvolvingLMMs-Lab/lmms-eval lmms_eval/tasks/videommmu/utils.py:
+        videommmu_process_results turns an unreadable reply into "No Answer Found.", which
+        videommmu_aggregate_results keeps and evaluate_videommmu scores wrong). Left out of it: missing,
+        failed and empty replies and those the official reader read nothing from. Only under the
+        official reader (the robust protocol has no official readable set)."""
+        out = super().summarise(samples, results, reader)
+        if reader != "official":
+            return out
+        read = [results[s.id] for s in samples if _officially_read(results[s.id])]
+        if not read:
+            return out
+        right = sum(reader_view(r, "official").accuracy for r in read)
+        metrics = {**out.metrics, "accuracy_over_readable": 100.0 * right / len(read)}
+        return out.model_copy(update={"metrics": metrics})
+
     def template_for(self, sample: Sample) -> str:
         if sample.extra("track") != "Adaptation":
             return self.templates["plain"]
         return self.templates[
             "adaptation mc" if sample.problem_type == "multiple choice" else "adaptation open"
         ]
+
+
+def _officially_read(result: ItemResult) -> bool:
+    """Whether the official reader read an answer from ``result`` (an open answer without an official
+    rule reader: whether there is a reply, as parse_open_response reads every non-empty one)."""
+    if result.missing or result.error or not result.response:
+        return False
+    return (result.details.get("official") or {}).get("readable", True) is not False
 
 
 def _records(path: Path, track: str) -> list[tuple[str, dict[str, Any]]]:

@@ -52,6 +52,35 @@ def test_test_split_question_ids(tmp_path, evaluate):
     assert out.summary.overall == 100.0
 
 
+def test_both_splits_send_the_official_multiple_choice_prompt(tmp_path):
+    """JUNJIE99/MLVU: evaluation/models/videollava/choice_bench.py main (dev) and
+    evaluation_test/test_bench.py main (test) send qa_template's rstripped "Question: …\nOptions:\n(A) …"
+    + "\nOnly give the best option.", the system text conv.system and the assistant turn "Best Option: (".
+    The strings below are written out by hand from that code."""
+    from services.eval.benchmarks import get_benchmark
+
+    write_json(tmp_path / "json" / "4_count.json", COUNT[:1])
+    items = [{"question_id": "AR_0", "question_type": "anomaly_reco", "video": "a.mp4", "question": "Anything odd?",
+              "candidates": ["fire", "flood", "fight", "theft", "none", "crash"], "answer": "fight"}]  # fmt: skip
+    write_json(tmp_path / "test_question.json", items)
+    bench = get_benchmark("mlvu")
+    by_split = {s.extra("split"): s for s in bench.load(bench.find_annotations(tmp_path))}
+    assert sorted(by_split) == ["dev", "test"]
+    assert bench.prompt(by_split["dev"], "qwen2_5_vl") == (
+        "Question: How many dogs?\nOptions:\n(A) 1\n(B) 2\n(C) 3\n(D) 4\nOnly give the best option."
+    )
+    assert bench.prompt(by_split["test"], "qwen2_5_vl") == (
+        "Question: Anything odd?\nOptions:\n(A) fire\n(B) flood\n(C) fight\n(D) theft\n(E) none\n(F) crash\n"
+        "Only give the best option."
+    )
+    for sample in by_split.values():
+        assert bench.system_prompt(sample) == (
+            "Carefully watch this video and pay attention to every detail. Based on your observations, "
+            "select the best option that accurately addresses the question."
+        )
+        assert bench.assistant_prefix(sample) == "Best Option: ("
+
+
 def test_answers_are_read_after_the_assistant_prefix(tmp_path, evaluate):
     """The official prompt ends the assistant turn with "Best Option: (" and the model writes the letter
     next, so the answer is read from prefix + response. "A) Tom. B) was not there" names two letters

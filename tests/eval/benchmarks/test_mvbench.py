@@ -67,6 +67,38 @@ def test_prompt_and_system_follow_videochat2(tmp_path):
     assert bench.system_prompt(sample, thinking=True) is None
 
 
+def test_the_notebooks_llm_input_is_rebuilt_from_the_adapters_turns(tmp_path):
+    """OpenGVLab/Ask-Anything video_chat2/mvbench.ipynb, the evaluation loop: infer_mvbench(example,
+    system=<instruction> + "\n", question_prompt="\nOnly give the best option.", answer_prompt=
+    "Best option:(", system_llm=True). The conversation (sep "###", roles Human/Assistant) then holds the
+    video turn, ask(system + question + question_prompt) (which adds "\n"), and the answer prompt, and
+    get_prompt2 joins them. The text below is that join written out by hand for one question; laying
+    the adapter's system, user and assistant-prefix turns into the same conversation gives it exactly,
+    so the instruction is sent twice, as the notebook sends it (not in the system message only)."""
+    write_json(tmp_path / "json" / "action_sequence.json", SEQUENCE[1:])
+    bench = get_benchmark("mvbench")
+    (sample,) = bench.load(bench.find_annotations(tmp_path))
+    instruction = (
+        "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
+        "movement of objects, and the action and pose of persons. Based on your observations, select the "
+        "best option that accurately addresses the question."
+    )
+    notebook = (
+        instruction + "\n###"
+        "Human: <Video><VideoHere></Video>\n###"
+        "Human: " + instruction + "\nQuestion: What did the person do first?\nOptions:\n"
+        "(A) Opened the door.\n(B) Sat on the bed.\nOnly give the best option.\n###"
+        "Assistant: Best option:("
+    )
+    rebuilt = (
+        bench.system_prompt(sample) + "\n###"
+        "Human: <Video><VideoHere></Video>\n###"
+        "Human: " + bench.prompt(sample, "qwen2_5_vl") + "\n###"
+        "Assistant: " + bench.assistant_prefix(sample)
+    )
+    assert rebuilt == notebook
+
+
 def test_unknown_task_and_unknown_answer_are_errors(tmp_path):
     bench = get_benchmark("mvbench")
     write_json(tmp_path / "a" / "json" / "made_up_task.json", SEQUENCE)

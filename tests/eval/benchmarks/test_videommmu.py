@@ -53,3 +53,46 @@ def test_the_last_frame_the_adaptation_image_is_always_sampled(tmp_path, samplin
     frames, meta = decode_clip(video, params)
     assert meta["frames_indices"][-1] == 24
     assert len(meta["frames_indices"]) == frames.shape[0]
+
+
+def _five_perception_items(tmp_path):
+    write_json(tmp_path / "data" / "perception_video.json", {"Perception": {
+        str(i): {"id": f"dev_Art_{i}", "link_selected": "", "question": "Which colour?", "options": TEN,
+                 "answer": "B"} for i in range(5)}})  # fmt: skip
+    return {
+        "Perception/dev_Art_0": "B",  # right
+        "Perception/dev_Art_1": "B",  # right
+        "Perception/dev_Art_2": "B",  # right
+        "Perception/dev_Art_3": "C",  # read, wrong
+        "Perception/dev_Art_4": "<think>Let me look at the colours on screen.</think>",  # unreadable
+    }
+
+
+def test_headline_divides_by_every_item_and_the_readable_figure_stands_beside_it(tmp_path, evaluate):
+    # EvolvingLMMs-Lab/lmms-eval lmms_eval/tasks/videommmu/utils.py: videommmu_process_results parses the
+    # unreadable trace to "No Answer Found." (the authors' parse_multi_choice_response: "No Answere
+    # Found"), which videommmu_aggregate_results keeps (only "API Error" is dropped) and
+    # evaluate_videommmu scores wrong. By hand: 3 right of 5 = 60 (headline, official); over the 4
+    # answers the official reader read, 3 of 4 = 75 (`accuracy_over_readable`). The robust reader reads
+    # nothing from the trace either and keeps every item: 3 of 5 = 60.
+    out = evaluate("videommmu", tmp_path, _five_perception_items(tmp_path))
+    assert out.summary.unreadable == 1 and out.summary.details["official_left_out"] == 0
+    assert out.summary.overall == pytest.approx(60.0)
+    assert out.summary.metrics["accuracy_over_readable"] == pytest.approx(75.0)
+    assert out.summary.robust_overall == pytest.approx(60.0)
+    assert out.cell("track", "Perception") == pytest.approx(60.0)
+
+
+def test_readable_figure_leaves_out_missing_failed_and_empty_answers(tmp_path, evaluate):
+    # Same five items, item 3 without a prediction and item 2 an empty reply ("No Answer Found." in
+    # lmms-eval, counted wrong): headline 2 right of 5 = 40; read by the official reader: items 0, 1
+    # (the trace, the empty reply and the missing item are not) → 2 of 2 = 100.
+    responses = _five_perception_items(tmp_path)
+    del responses["Perception/dev_Art_3"]
+    responses["Perception/dev_Art_2"] = ""
+    out = evaluate("videommmu", tmp_path, responses)
+    assert out.summary.overall == pytest.approx(40.0)
+    assert out.summary.metrics["accuracy_over_readable"] == pytest.approx(100.0)
+    # `eval score --reader robust`: the robust protocol has no official readable set; the key is absent
+    robust = evaluate("videommmu", tmp_path, responses, reader="robust")
+    assert "accuracy_over_readable" not in robust.summary.metrics
