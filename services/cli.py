@@ -340,11 +340,17 @@ def serve_reward(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8100, help="Port to bind."),
     workers: int = typer.Option(2, min=1, help="uvicorn worker processes."),
+    reward_function: list[str] = typer.Option(
+        [],
+        "--reward-function",
+        help="Serve a reward function by name: NAME=path/file.py:function (repeatable; the only "
+        "functions /v1/score will run).",
+    ),
 ) -> None:
     """The stateless reward/scoring HTTP service."""
     from services.reward.cli import serve_reward as run
 
-    run(host=host, port=port, workers=workers)
+    run(host=host, port=port, workers=workers, functions=reward_function)
 
 
 @app.command("make-tiny-model")

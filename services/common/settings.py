@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     frame_root: Path | None = None
     # Input video paths must resolve inside one of these roots (empty: no restriction).
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    # Folders whose Python files a job submitted over the API may load as reward functions (empty: none).
+    plugin_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
 
     # Decoders in the order they are tried (see services.common.frames.decoders).
     decoders: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["decord", "pyav"])
@@ -41,7 +43,7 @@ class Settings(BaseSettings):
     clip_lease_s: float = 30.0
     clip_max_attempts: int = 3
 
-    @field_validator("data_roots", mode="before")
+    @field_validator("data_roots", "plugin_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: object) -> object:
         if isinstance(value, str):

@@ -4,7 +4,9 @@ POST /v1/score scores a batch in a worker thread (math checks run in helper proc
 never waits on a scorer. An unusable item, or one past ``REELRL_REWARD_ITEM_TIMEOUT_S``, gets ``error`` and
 zeros while the rest are scored; a malformed body gets 422 naming the field (a non-finite number anywhere
 in it too: services/reward/strictjson.py; a sample text over its bound: services/reward/sample.py); too
-many items or too long a response get 413.
+many items or too long a response get 413. Items naming ``reward_function`` are scored by that function
+(services/reward/functions.py), one the operator configured at start (``REELRL_REWARD_FUNCTIONS``); a
+name the service does not serve fails its item alone.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from typing_extensions import TypedDict
 
 from services.common.body_limit import BodyLimitMiddleware
 from services.reward import types as _types  # noqa: F401 - registers every problem type
-from services.reward.config import RewardConfig, ScoringOptions
+from services.reward.config import RewardConfig, RewardFunctionConfig, ScoringOptions
+from services.reward.errors import InvalidSample
+from services.reward.functions import FunctionRunner, Outcome, load_function
 from services.reward.metrics.mathcheck import get_math_checker
 from services.reward.metrics_prom import RewardMetrics
 from services.reward.registry import describe_types
 from services.reward.result import RewardResult
 from services.reward.sample import BoundedAnswer, BoundedName, BoundedOptions
-from services.reward.scoring import score_items
+from services.reward.scoring import as_sample, score_items
 from services.reward.settings import RewardServiceSettings
 from services.reward.strictjson import refuse_non_finite, validation_error_handler
 
@@ -50,6 +54,12 @@ class ScoreItem(BaseModel):
 
     sample: SampleBody = Field(description="SPEC §2 sample: at least problem_type and answer")
     response: str = Field(description="the model's response text")
+    reward_function: str | None = Field(
+        None,
+        description="score with this reward function (one the service's operator configured, "
+        "REELRL_REWARD_FUNCTIONS) instead of the sample's problem type: `overall` is its score, `parts` "
+        "holds it and its extra values",
+    )
 
 
 class ScoreRequest(BaseModel):
@@ -104,17 +114,73 @@ class Problem(BaseModel):
     detail: str
 
 
+def function_result(name: str, outcome: Outcome) -> RewardResult:
+    """A reward function's outcome as an item's result: its score as ``overall``, in ``parts`` by name."""
+    if outcome.error is not None:
+        return RewardResult.failed(outcome.error)
+    parts = {name: outcome.value, **{f"{name}/{k}": v for k, v in outcome.extras.items()}}
+    return RewardResult(overall=outcome.value, accuracy=0.0, format=0.0, parts=parts)
+
+
+def load_served_functions(settings: RewardServiceSettings) -> dict[str, FunctionRunner]:
+    """Every configured function loaded now, so a bad one stops the service at start, by name."""
+    runners: dict[str, FunctionRunner] = {}
+    for name, target in settings.functions.items():
+        spec = RewardFunctionConfig(name=name, path=target)
+        runners[name] = FunctionRunner(
+            spec.name, load_function(target), settings.function_timeout_s, settings.function_concurrency
+        )
+    return runners
+
+
 def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
     settings = settings or RewardServiceSettings()
     metrics = RewardMetrics()
     scoring_slots = anyio.CapacityLimiter(settings.score_threads)
+    functions = load_served_functions(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         checker = get_math_checker(settings.math_workers)
         if settings.warm_math:
             await anyio.to_thread.run_sync(checker.warm)
-        yield
+        try:
+            yield
+        finally:
+            for runner in functions.values():
+                runner.close()
+
+    async def score_with_functions(body: ScoreRequest) -> dict[int, RewardResult]:
+        """The results of the items that name a reward function, by index; the functions run at once."""
+        asked: dict[str, list[int]] = {}
+        for index, item in enumerate(body.items):
+            if item.reward_function is not None:
+                asked.setdefault(item.reward_function, []).append(index)
+        results: dict[int, RewardResult] = {}
+        for name, indices in asked.items():
+            if name not in functions:
+                served = sorted(functions) or "none (REELRL_REWARD_FUNCTIONS is unset)"
+                for index in indices:
+                    results[index] = RewardResult.failed(
+                        f"reward function {name!r} is not served here; this service serves: {served}"
+                    )
+        served_now = [(n, i) for n, i in asked.items() if n in functions]
+
+        async def run(name: str, indices: list[int]) -> None:
+            pairs = []
+            for index in indices:
+                try:
+                    pairs.append((as_sample(dict(body.items[index].sample)), body.items[index].response))
+                except InvalidSample as exc:
+                    results[index] = RewardResult.failed(str(exc))
+            ready = [i for i in indices if i not in results]
+            for index, outcome in zip(ready, await functions[name].arun(pairs), strict=True):
+                results[index] = function_result(name, outcome)
+
+        async with anyio.create_task_group() as group:
+            for name, indices in served_now:
+                group.start_soon(run, name, indices)
+        return results
 
     app = FastAPI(
         title="ReelRL reward service",
@@ -162,10 +228,14 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
             math_workers=settings.math_workers,
             item_timeout_s=settings.item_timeout_s,
         )
-        pairs = [(dict(item.sample), item.response) for item in body.items]
-        results: list[RewardResult] = await anyio.to_thread.run_sync(
+        by_function = await score_with_functions(body)
+        builtin = [i for i, item in enumerate(body.items) if item.reward_function is None]
+        pairs = [(dict(body.items[i].sample), body.items[i].response) for i in builtin]
+        scored: list[RewardResult] = await anyio.to_thread.run_sync(
             score_items, pairs, config, limiter=scoring_slots
         )
+        by_index = {**by_function, **dict(zip(builtin, scored, strict=True))}
+        results = [by_index[i] for i in range(len(body.items))]
         metrics.observe_items(results)
         return ScoreResponse(results=results)
 

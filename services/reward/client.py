@@ -86,13 +86,17 @@ class HttpRewardClient(RewardClient):
         self._client = httpx.Client(base_url=config.url, timeout=config.http_timeout_s, transport=transport)
         self._async: httpx.AsyncClient | None = None
 
-    def _bodies(self, items: Sequence[Item]) -> list[dict[str, Any]]:
-        """One request body per chunk of ``config.http_batch_size`` items.
+    def _bodies(self, items: Sequence[Item], reward_function: str | None = None) -> list[dict[str, Any]]:
+        """One request body per chunk of ``config.http_batch_size`` items (each naming ``reward_function``
+        when the service is to score them with that configured function instead of their problem type).
 
         JSON has no NaN or Infinity (the service answers such a body 422, and httpx refuses to send one),
         so a non-finite number in any item is refused here, naming the item and field.
         """
         payload = [{"sample": sample_payload(s), "response": r} for s, r in items]
+        if reward_function is not None:
+            for item in payload:
+                item["reward_function"] = reward_function
         found = non_finite_locations(payload, limit=1)
         if found:
             (index, *field), value = found[0]
@@ -119,9 +123,9 @@ class HttpRewardClient(RewardClient):
         log.warning("reward service %s: %s; retrying in %.1fs", self.config.url, problem, wait)
         return wait
 
-    def score_batch(self, items: Sequence[Item]) -> list[RewardResult]:
+    def score_batch(self, items: Sequence[Item], reward_function: str | None = None) -> list[RewardResult]:
         results: list[RewardResult] = []
-        for body in self._bodies(items):
+        for body in self._bodies(items, reward_function):
             for attempt in range(self.config.http_retries + 1):
                 try:
                     response = self._client.post("/v1/score", json=body)
@@ -135,13 +139,15 @@ class HttpRewardClient(RewardClient):
                 break
         return results
 
-    async def ascore_batch(self, items: Sequence[Item]) -> list[RewardResult]:
+    async def ascore_batch(
+        self, items: Sequence[Item], reward_function: str | None = None
+    ) -> list[RewardResult]:
         if self._async is None:
             self._async = httpx.AsyncClient(
                 base_url=self.config.url or "", timeout=self.config.http_timeout_s
             )
         results: list[RewardResult] = []
-        for body in self._bodies(items):
+        for body in self._bodies(items, reward_function):
             for attempt in range(self.config.http_retries + 1):
                 try:
                     response = await self._async.post("/v1/score", json=body)
@@ -174,6 +180,9 @@ class HttpRewardClient(RewardClient):
 
 
 def make_reward_client(config: RewardConfig | None = None) -> RewardClient:
-    """HTTP when ``config.url`` is set, in-process otherwise."""
+    """HTTP when ``config.url`` is set, in-process otherwise; mixed with ``config.functions`` when any
+    are configured (services/reward/mix.py)."""
+    from services.reward.mix import mixed_client
+
     config = config or RewardConfig()
-    return HttpRewardClient(config) if config.url else InProcessRewardClient(config)
+    return mixed_client(HttpRewardClient(config) if config.url else InProcessRewardClient(config), config)

@@ -8,8 +8,16 @@ tree embeds ``RewardConfig``.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from services.reward.judge import JUDGE_PROMPT
+
+# Metric names a reward part may not take: reward/<name> would collide with the library's own.
+RESERVED_PART_NAMES = frozenset(
+    {"overall", "accuracy", "format", "errors", "builtin", "all", "overlong_penalty"}
+)
 
 
 def default_math_workers() -> int:
@@ -30,6 +38,70 @@ class ScoringOptions(BaseModel):
     def _some_weight(self) -> ScoringOptions:
         if self.w_acc + self.w_fmt <= 0:
             raise ValueError("w_acc + w_fmt must be > 0 (every overall reward would be 0)")
+        return self
+
+
+class RewardFunctionConfig(BaseModel):
+    """One reward function in the mix (services/reward/functions.py)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_]{0,63}$", description="its metric: reward/<name> (lower case, digits, _)"
+    )
+    path: str | None = Field(
+        None,
+        description="'file.py:function' to load here; unset: the reward service (reward.url) serves a "
+        "function of this name, configured by its operator",
+    )
+    weight: float = Field(1.0, description="its weight in `overall` (any sign)")
+
+
+class JudgeRewardConfig(BaseModel):
+    """An LLM judge as a reward part (services/reward/judge.py): an OpenAI-compatible chat endpoint."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    url: str = Field(description="the endpoint's base URL, e.g. http://127.0.0.1:8000/v1 (`vllm serve`)")
+    model: str = Field(description="the model name the endpoint serves")
+    name: str = Field("judge", pattern=r"^[a-z][a-z0-9_]{0,63}$", description="its metric: reward/<name>")
+    weight: float = Field(1.0, description="its weight in `overall`")
+    template: str = Field(
+        JUDGE_PROMPT, description="the user turn; {question}, {answer} and {response} are filled in"
+    )
+    system: str | None = Field(None, description="a system turn before it")
+    parser: Literal["verdict", "score"] = Field(
+        "verdict", description="verdict: 'Correct' 1 / 'Incorrect' 0; score: one grade out of score_max"
+    )
+    score_max: float = Field(10.0, gt=0.0, description="the top grade of the `score` parser")
+    constrain: bool = Field(
+        False, description="ask vLLM's structured outputs to answer only 'Correct' or 'Incorrect' (verdict)"
+    )
+    max_tokens: int = Field(16, gt=0, le=32_768)
+    temperature: float = Field(0.0, ge=0.0)
+    concurrency: int = Field(8, ge=1, le=1024, description="requests in flight at once")
+    request_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="limit for one request")
+    retries: int = Field(3, ge=0, le=20, description="retries of a transport error or 429/5xx answer")
+    backoff_s: float = Field(0.5, ge=0.0, le=60.0, description="the first retry's wait; doubles each time")
+    timeout_s: float = Field(
+        300.0, gt=0.0, le=7200.0, description="limit for one item's verdict, retries included"
+    )
+    cache_size: int = Field(100_000, ge=0, description="verdicts kept, by (prompt, response, template)")
+    api_key_env: str | None = Field(
+        None, description="the environment variable holding a bearer token (never the token itself)"
+    )
+
+    @model_validator(mode="after")
+    def _template_fills(self) -> JudgeRewardConfig:
+        try:
+            self.template.format(question="q", answer="a", response="r")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"reward.judge.template: {exc!r}; it may use only {{question}}, {{answer}} and {{response}} "
+                "(double other braces)"
+            ) from None
+        if "{response}" not in self.template:
+            raise ValueError("reward.judge.template never shows the judge the {response}")
         return self
 
 
@@ -61,6 +133,47 @@ class RewardConfig(ScoringOptions):
     http_timeout_s: float = Field(120.0, gt=0.0)
     http_batch_size: int = Field(256, gt=0, description="items per HTTP request (the server caps it)")
     http_retries: int = Field(3, ge=0)
+
+    functions: list[RewardFunctionConfig] = Field(
+        default_factory=list,
+        description="reward functions mixed into `overall`: builtin_weight × the problem type's overall + "
+        "Σ weight × function score; each logged as reward/<name>",
+    )
+    builtin_weight: float = Field(
+        1.0, ge=0.0, description="weight of the problem type's own `overall` in a mix with reward functions"
+    )
+    function_timeout_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description="limit for one call of a reward function; past it, that item fails",
+    )
+    function_concurrency: int = Field(16, ge=1, le=1024, description="calls of one reward function at once")
+    judge: JudgeRewardConfig | None = Field(
+        None, description="an LLM judge mixed into `overall` as the part reward/<judge.name>"
+    )
+
+    @model_validator(mode="after")
+    def _distinct_function_names(self) -> RewardConfig:
+        names = [f.name for f in self.functions] + ([self.judge.name] if self.judge else [])
+        taken = sorted({n for n in names if names.count(n) > 1})
+        if taken:
+            raise ValueError(
+                f"reward.functions: the names {taken} are used more than once (each is a metric)"
+            )
+        remote = [f.name for f in self.functions if f.path is None]
+        if remote and not self.url:
+            raise ValueError(
+                f"reward.functions {remote}: no path, and no reward service (reward.url) to serve them by "
+                "name; give each a path ('file.py:function') or set reward.url"
+            )
+        reserved = sorted(RESERVED_PART_NAMES.intersection(names))
+        if reserved:
+            raise ValueError(
+                f"reward.functions: {reserved} would shadow the library's own reward/<name> metrics; "
+                "choose another name"
+            )
+        return self
 
     def scoring_options(self) -> ScoringOptions:
         return ScoringOptions(**{name: getattr(self, name) for name in ScoringOptions.model_fields})

@@ -25,6 +25,9 @@ class RewardResult(BaseModel):
     problem_type: str | None = None
     error: str | None = None
     note: str | None = None
+    # A reward mix (``reward.functions``): every named part of ``overall`` ("builtin" for the problem
+    # type's overall, each function by its name, a function's extra values as "<name>/<key>"), unweighted.
+    parts: dict[str, float] | None = None
 
     @classmethod
     def failed(cls, error: str, problem_type: str | None = None) -> RewardResult:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.reward.config import RewardConfig, default_math_workers
 
@@ -36,3 +38,33 @@ class RewardServiceSettings(BaseSettings):
         default_factory=default_math_workers, ge=1, le=64, description="math helpers per uvicorn worker"
     )
     warm_math: bool = Field(True, description="start the math helpers at startup")
+    # The only reward functions the service will run: its operator's choice at start, never a request's.
+    functions: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="reward functions served by name: 'name=path/file.py:function', comma-separated",
+    )
+    function_timeout_s: float = Field(
+        RewardConfig.model_fields["function_timeout_s"].default, gt=0, le=3600.0,
+        description="limit for one call of a reward function; past it, that item fails",
+    )  # fmt: skip
+    function_concurrency: int = Field(
+        RewardConfig.model_fields["function_concurrency"].default, ge=1, le=1024,
+        description="calls of one reward function at once, per uvicorn worker",
+    )  # fmt: skip
+
+    @field_validator("functions", mode="before")
+    @classmethod
+    def _split_functions(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        served: dict[str, str] = {}
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            name, sep, target = entry.partition("=")
+            if not sep or not name.strip() or not target.strip():
+                raise ValueError(
+                    f"REELRL_REWARD_FUNCTIONS entry {entry!r}: expected name=path/file.py:function"
+                )
+            if name.strip() in served:
+                raise ValueError(f"REELRL_REWARD_FUNCTIONS names {name.strip()!r} twice")
+            served[name.strip()] = target.strip()
+        return served

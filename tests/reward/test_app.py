@@ -35,7 +35,7 @@ def test_scores_a_batch_and_fails_bad_items_alone(client):
     first, unknown, no_answer, wrong = response.json()["results"]
     assert first == {
         "overall": 1.0, "accuracy": 1.0, "format": 1.0, "extracted": "B",
-        "problem_type": "multiple choice", "error": None, "note": None,
+        "problem_type": "multiple choice", "error": None, "note": None, "parts": None,
     }  # fmt: skip
     assert "unknown problem_type 'horoscope'" in unknown["error"] and unknown["overall"] == 0.0
     assert "field answer" in no_answer["error"]

@@ -24,14 +24,7 @@ from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.options import render
 from services.eval.benchmarks.results import ItemResult, Summary
 from services.reward import render_prompt, template_version
-
-JUDGE_PROMPT = (
-    "You are given a question about a video, the ground-truth answer and a model's response. The model "
-    "response should contain all information in the ground-truth answer and must not contradict it. Judge "
-    "whether the model response is correct.\n\nQuestion: {question}\nGround-truth answer: {answer}\n"
-    "Model response: {response}\n\nDirectly output 'Correct' or 'Incorrect'."
-)
-JUDGE_OPTIONS = ("A. Correct", "B. Incorrect")
+from services.reward.judge import judge_prompt, verdict_sample
 
 
 class JudgeQuestion(NamedTuple):
@@ -220,16 +213,11 @@ class Benchmark:
 
     def judge_prompt(self, sample: Sample, response: str) -> str:
         """What the judge model is asked about one response (VideoReasonBench's official judge wording)."""
-        return JUDGE_PROMPT.format(question=sample.problem, answer=sample.answer, response=response.strip())
+        return judge_prompt(sample.problem, sample.answer, response)
 
     def judge_reward_sample(self, sample: Sample) -> dict[str, Any]:
         """How the reward library reads the judge's reply: "Correct" is option A, "Incorrect" option B."""
-        return {
-            "id": f"{sample.id}#judge",
-            "problem_type": "multiple choice",
-            "options": JUDGE_OPTIONS,
-            "answer": "A",
-        }
+        return verdict_sample(sample.id)
 
     def rubric_questions(self, sample: Sample, response: str) -> dict[str, JudgeQuestion]:
         """Named judge questions grading ``response`` on the benchmark's own rubric (MLVU's generation
