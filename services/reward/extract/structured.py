@@ -4,7 +4,9 @@ Validation is part of reading: a NaN/inf coordinate, an empty or inverted interv
 negative start or a box with x2 ≤ x1 is not an answer at all. Answers and ground truths are read by one
 rule: an interval written end first is invalid (not the reversed valid one), and several different
 intervals, in one form or across forms, are a hedge that reads as nothing. (The benchmarks' own
-temporal-grounding readers, which swap and take the first, live in ``services.reward.official``.)
+temporal-grounding readers, which swap and take the first, live in ``services.reward.official``.) Inside
+JSON the same holds: an object's time keys and box keys all count, a key given twice with two values
+reads as nothing, and a frame given two different boxes is missing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,22 @@ from typing import Any
 # search for the closing fence back over characters that hold no backtick, so it finds nothing new, yet it
 # made an unclosed "```" before n word characters cost O(n²) inside one regex call (60 s for 80,000).
 FENCE = re.compile(r"```[ \t]*+([\w+-]*+)(?:[^\n`]*\n)?(.*?)```", re.S)
-_DECODER = json.JSONDecoder()
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object in which a key given two different values holds None: json keeps the last one, so
+    '{"time": [30, 40], "time": [10, 20]}' answered twice and the order chose. None is no interval, box
+    or number to every reader, so the key reads as nothing; the same value twice stays one answer."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):  # no key twice: the common case, at the speed of a plain decode
+        return obj
+    obj = {}
+    for key, value in pairs:
+        obj[key] = None if key in obj and obj[key] != value else value
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
 _JSON_START = re.compile(r"[{\[]")
 _MAX_JSON_STARTS = 32
 _NUM = r"[-+]?\d+(?:\.\d+)?"
@@ -126,34 +143,49 @@ def as_interval(value: Any, *, swap: bool = False) -> tuple[float, float] | None
     return (start, end)
 
 
-def _time_field(value: Any) -> Any:
-    """What a JSON value gives as its interval, unvalidated: the ``time``-like field, ``[start, end]``
-    from start/end keys, or a bare 2-list; False when it has no time field at all."""
-    if isinstance(value, dict):
-        for key in _INTERVAL_KEYS:
-            if key in value:
-                return value[key]
-        for start, end in _START_END_KEYS:
-            if start in value and end in value:
-                return [value[start], value[end]]
-        return False
-    if isinstance(value, list) and len(value) == 2:
-        return value
-    return False
-
-
-def interval_from_json(value: Any, *, swap: bool = False) -> tuple[float, float] | bool | None:
-    """``{"time": [s, e]}``, ``{"start": s, "end": e}`` or ``[s, e]``; False when ``value`` has no time
-    field at all."""
-    raw = _time_field(value)
-    return False if raw is False else as_interval(raw, swap=swap)
-
-
 def _as_pair(raw: Any) -> tuple[float | None, float | None]:
     """A candidate interval as a comparable pair, before validation (what is no finite number: None)."""
     if isinstance(raw, list | tuple) and len(raw) == 2:
         return (finite_number(raw[0]), finite_number(raw[1]))
     return (None, None)
+
+
+def _object_fields(value: dict[str, Any]) -> list[Any]:
+    """Every interval an object names, unvalidated: each ``time``-like key and each start/end pair."""
+    named = [value[key] for key in _INTERVAL_KEYS if key in value]
+    return named + [
+        [value[start], value[end]] for start, end in _START_END_KEYS if start in value and end in value
+    ]
+
+
+def _names_interval(item: Any) -> bool:
+    """An item of a JSON list that offers an interval: a 2-list or an object with a time field."""
+    return (isinstance(item, list) and len(item) == 2) or (
+        isinstance(item, dict) and bool(_object_fields(item))
+    )
+
+
+def _time_fields(value: Any) -> list[Any]:
+    """The intervals a JSON value offers, unvalidated; empty when it has no time field at all.
+
+    An object offers every time field it has: two that differ are a hedge, as two in prose are (reading
+    the first key alone let '{"time": [10, 20], "timestamps": [30, 40]}' answer twice). A bare 2-list is
+    one interval. A longer list holding intervals is offered whole, as no one interval: several intervals
+    at once are a hedge, and must not leave a prose interval beside them to be read alone."""
+    if isinstance(value, dict):
+        return _object_fields(value)
+    if isinstance(value, list) and (len(value) == 2 or any(_names_interval(item) for item in value)):
+        return [value]
+    return []
+
+
+def interval_from_json(value: Any, *, swap: bool = False) -> tuple[float, float] | bool | None:
+    """``{"time": [s, e]}``, ``{"start": s, "end": e}`` or ``[s, e]``; None when it is invalid or its time
+    fields differ (a hedge); False when ``value`` has no time field at all."""
+    fields = _time_fields(value)
+    if not fields:
+        return False
+    return as_interval(fields[0], swap=swap) if len({_as_pair(raw) for raw in fields}) == 1 else None
 
 
 def _interval_candidates(text: str) -> set[tuple[float | None, float | None]] | None:
@@ -162,7 +194,7 @@ def _interval_candidates(text: str) -> set[tuple[float | None, float | None]] | 
     commentary); otherwise the time field of each JSON value and each prose interval in the rest."""
     fenced = _fenced_json(text)
     spans = fenced or _json_in(text)
-    found = {_as_pair(raw) for value, _, _ in spans if (raw := _time_field(value)) is not False}
+    found = {_as_pair(raw) for value, _, _ in spans for raw in _time_fields(value)}
     if fenced and found:
         return found
     prose = list(text)
@@ -210,15 +242,19 @@ FRAME_KEYS = ("frame", "frame_id", "frame_index", "frame_idx", "time", "timestam
 def boxes_in(value: Any) -> list[Any]:
     """Raw box candidates in a JSON answer: a 4-list, a list of them, or dicts keyed bbox_2d/bbox/box(es)."""
     if isinstance(value, dict):
-        for key in BOX_KEYS:
-            if key in value:
-                return boxes_in(value[key])
-        return []
+        # Every box key counts: reading the first alone let '{"bbox_2d": A, "bbox": B}' answer twice.
+        return [box for key in BOX_KEYS if key in value for box in _boxes_under(value[key])]
     if isinstance(value, list):
         if len(value) == 4 and all(not isinstance(v, list | dict) for v in value):
             return [value]
         return [box for item in value for box in boxes_in(item)]
     return []
+
+
+def _boxes_under(raw: Any) -> list[Any]:
+    """The boxes under one box key; a key given two different values (None, see ``_object``) offers an
+    invalid one, so it still counts as an answer beside the others."""
+    return [None] if raw is None else boxes_in(raw)
 
 
 def single_box(value: Any) -> tuple[float, float, float, float] | None:
@@ -236,23 +272,34 @@ def frame_key(key: Any) -> float | None:
     return None if number is None or number < 0 else round(number, 3)
 
 
-def _frame_records(records: list[Any]) -> dict[float, Any]:
-    """``[{"frame": 0, "bbox_2d": box}, …]`` → ``{0.0: box, …}``; records without a usable frame or a box
-    are dropped."""
-    pairs = {}
+def _frame_records(records: list[Any]) -> list[tuple[Any, Any]]:
+    """``[{"frame": 0, "bbox_2d": box}, …]`` → ``[(0, box), …]``, each box key of a record giving its frame
+    a box (a record naming two boxes offers two); records without a box offer nothing."""
+    pairs = []
     for record in records:
-        frame = frame_key(next((record[k] for k in FRAME_KEYS if k in record), None))
-        box = next((record[k] for k in BOX_KEYS if k in record), None)
-        if frame is not None and box is not None:
-            pairs[frame] = box
+        frame = next((record[k] for k in FRAME_KEYS if k in record), None)
+        pairs += [(frame, record[k]) for k in BOX_KEYS if k in record]
     return pairs
+
+
+def _one_box_each(pairs: list[tuple[Any, Any]]) -> dict[float, tuple[float, float, float, float]]:
+    """Valid boxes by frame from ``(frame key, raw box)`` pairs. A frame given two different boxes ("0" and
+    "0.0", two records for frame 0) is a hedge and is dropped like an invalid box, i.e. scored as missing:
+    keeping the last one let an answer try a second box for any frame."""
+    given: dict[float, set[tuple[float, float, float, float] | None]] = {}
+    for key, raw in pairs:
+        frame = frame_key(key)
+        if frame is not None:
+            given.setdefault(frame, set()).add(as_box(raw))
+    return {frame: boxes.pop() for frame, boxes in given.items() if len(boxes) == 1 and None not in boxes}
 
 
 def boxes_by_frame(
     value: Any, frame_keys: Sequence[float] | None = None
 ) -> dict[float, tuple[float, float, float, float]] | None:
     """Valid boxes by frame from ``{"<sec>": box}``, ``[{"frame": f, "bbox_2d": box}, …]`` or a bare list of
-    boxes (optionally under ``"boxes"``); invalid entries are dropped.
+    boxes (optionally under ``"boxes"``); invalid entries, and frames given two different boxes, are
+    dropped.
 
     A bare list says nothing about which frames its boxes belong to. With ``frame_keys`` (the truth's
     frames, sorted) it is mapped onto them only when the lengths are equal, and is otherwise unreadable
@@ -260,20 +307,14 @@ def boxes_by_frame(
     """
     if isinstance(value, dict) and "boxes" in value:
         value = value["boxes"]
-    if isinstance(value, list):
-        if value and all(isinstance(item, dict) for item in value):
-            value = _frame_records(value)
-        elif frame_keys is None:
-            value = dict(enumerate(value))
-        elif len(value) == len(frame_keys):
-            value = dict(zip(frame_keys, value, strict=True))
-        else:
-            return None
-    if not isinstance(value, dict):
+    if isinstance(value, dict):
+        return _one_box_each(list(value.items()))
+    if not isinstance(value, list):
         return None
-    frames: dict[float, tuple[float, float, float, float]] = {}
-    for key, raw in value.items():
-        frame, box = frame_key(key), as_box(raw)
-        if frame is not None and box is not None:
-            frames[frame] = box
-    return frames
+    if value and all(isinstance(item, dict) for item in value):
+        return _one_box_each(_frame_records(value))
+    if frame_keys is None:
+        return _one_box_each(list(enumerate(value)))
+    if len(value) == len(frame_keys):
+        return _one_box_each(list(zip(frame_keys, value, strict=True)))
+    return None

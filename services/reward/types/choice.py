@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from typing import Any
 
 from services.reward.errors import InvalidSample
@@ -16,8 +17,9 @@ _LETTERED_ANSWER = re.compile(r"^\(?([A-Z])\s*[.):：]\s*\S")
 
 
 def _written_letter(answer: object) -> str | None:
-    """The letter a ground truth is written as: "B", "(B)", "b.", "B. red" → "B"; else None."""
-    raw = str(answer).strip()
+    """The letter a ground truth is written as: "B", "(B)", "b.", "B. red" → "B"; else None. Read after
+    NFKC like the answers are, so a full-width "Ｂ" or "（Ｂ）" is "B" and no invalid sample."""
+    raw = unicodedata.normalize("NFKC", str(answer)).strip()
     bare = raw.strip("()[]*.: ").upper()
     if len(bare) == 1 and bare in string.ascii_uppercase:
         return bare

@@ -84,6 +84,13 @@ def _honest_frames(pred: dict[float, Box], truth: dict[float, Box], sample: Rewa
     return {k: b for k, b in pred.items() if not (k in truth and covers_frame(b, truth[k], sample))}
 
 
+def _answer_time(value: dict[str, Any], text: str) -> Interval | None:
+    """A spatial-temporal answer's interval: its JSON time, read with any interval in the text around the
+    JSON (as temporal grounding reads them), so '{"time": [10, 20], …} or from 30 to 40 s' is a hedged
+    time, not [10, 20]. A time given only in prose is not this type's form and stays unread."""
+    return find_interval(text) if interval_from_json(value) else None
+
+
 def _frames_jsonable(frames: dict[float, Box]) -> dict[str, list[float]]:
     return {f"{k:g}": list(b) for k, b in frames.items()}
 
@@ -149,7 +156,7 @@ class SpatialTemporalGrounding(ProblemType):
         value = find_json(text)
         if not isinstance(value, dict):
             return None
-        interval = interval_from_json(value) or None
+        interval = _answer_time(value, text)
         frames = boxes_by_frame(value["boxes"], _truth_frame_keys(sample)) if "boxes" in value else {}
         if interval is None and not frames:
             return None
