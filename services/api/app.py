@@ -30,9 +30,11 @@ from services.api.hosts import HostGuardMiddleware
 from services.api.json_body import BodyRejected
 from services.api.kinds import KindUnavailable
 from services.api.metrics_prom import ApiMetrics, MetricsMiddleware
+from services.api.rollouts import RolloutLogInvalid, RolloutLogMissing
 from services.api.routes import router
 from services.api.service import BrokerUnavailable, JobService
 from services.api.settings import ApiSettings
+from services.api.thumbnails import FrameMissing, ThumbnailCache, ThumbnailsUnavailable
 from services.common.body_limit import BodyLimitMiddleware
 from services.common.db import ensure_schema
 from services.common.jobs import JobConflict, JobNotFound, JobSettings
@@ -95,12 +97,26 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
     app.state.settings = settings
     app.state.jobs = jobs or JobService(settings=settings)
     app.state.metrics = ApiMetrics()
+    app.state.thumbnails = ThumbnailCache()
 
     @app.exception_handler(JobNotFound)
     async def _not_found(request: Request, exc: JobNotFound) -> Response:
         if _wants_html(request):
             return pages.not_found_page(request, str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(RolloutLogMissing)
+    @app.exception_handler(FrameMissing)
+    async def _no_rollout(request: Request, exc: LookupError) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(RolloutLogInvalid)
+    async def _bad_rollout(request: Request, exc: RolloutLogInvalid) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(ThumbnailsUnavailable)
+    async def _no_thumbnails(request: Request, exc: ThumbnailsUnavailable) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.exception_handler(JobConflict)
     async def _conflict(request: Request, exc: JobConflict) -> Response:

@@ -1,6 +1,7 @@
 """The status page: server-rendered HTML (Jinja2) with a little JavaScript served from the package.
 
-Pages: jobs (live over SSE), one job (progress; training curves; eval tables), frame cache, login.
+Pages: jobs (live over SSE), one job (progress; training curves; eval tables), a train job's logged
+rollouts (frames, prompts, responses by reward), frame cache, login.
 The browser authenticates with a cookie holding the token (set by ``/login``, HttpOnly, SameSite).
 """
 
@@ -25,6 +26,7 @@ from services.api.charts import panels_json
 from services.api.eval_tables import eval_tables
 from services.api.kinds import JobKind
 from services.api.service import RESULT_EVENT, cache_stats, checked_job_id, results
+from services.api.thumbnails import DEFAULT_SIZE
 from services.api.tokens import Scope, authenticate
 from services.common.db.models import JobState
 from services.common.jobs import METRICS_EVENT, JobInfo, get_job, list_jobs, recent_events
@@ -181,6 +183,18 @@ def job_page(request: Request, job_id: str) -> HTMLResponse:
     context["page_data"] = page
     context["can_cancel"] = cancel is not None
     return render(request, "job.html", context)
+
+
+@router.get("/jobs/{job_id}/rollouts", response_class=HTMLResponse)
+def rollouts_page(
+    request: Request, job_id: str, step: Annotated[int | None, Query(ge=0, le=10**9)] = None
+) -> HTMLResponse:
+    """The Rollouts view: the script reads the steps and groups from ``/v1/jobs/{id}/rollouts``."""
+    job = get_job(checked_job_id(job_id))
+    if job.kind != JobKind.train:
+        return not_found_page(request, f"job {job.id} is a {job.kind} job: only train jobs log rollouts")
+    page = {"job_id": job.id, "state": job.state.value, "step": step, "thumb_size": DEFAULT_SIZE}
+    return render(request, "rollouts.html", {"job": job, "page_data": page})
 
 
 @router.get("/jobs/{job_id}/results.html", response_class=HTMLResponse)

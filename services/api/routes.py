@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -15,6 +15,14 @@ from sse_starlette import EventSourceResponse
 from services.api.auth import CurrentPrincipal
 from services.api.json_body import StrictJsonRoute
 from services.api.kinds import KINDS, JobKind, KindUnavailable
+from services.api.rollouts import (
+    CLIP_KEY_PATTERN,
+    RolloutLogMissing,
+    logged_clips,
+    logged_steps,
+    read_step,
+    run_folder,
+)
 from services.api.schemas import (
     CacheStatsOut,
     Health,
@@ -24,9 +32,12 @@ from services.api.schemas import (
     MetricsSeries,
     Problem,
     ResultList,
+    RolloutStep,
+    RolloutSteps,
 )
 from services.api.service import cache_stats, checked_job_id, metrics_steps, results
 from services.api.streams import job_event_stream, jobs_snapshot_stream
+from services.api.thumbnails import CACHE_CONTROL, DEFAULT_SIZE, MAX_SIZE, MIN_SIZE, frame_store
 from services.common.db import session_scope
 from services.common.db.models import JobState
 from services.common.jobs import JobInfo, get_job, list_jobs
@@ -39,6 +50,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": Problem, "description": "the token lacks the scope"},
 }
 _NOT_FOUND = {404: {"model": Problem, "description": "no such job"}}
+_NO_ROLLOUTS = {
+    404: {
+        "model": Problem,
+        "description": "no such job, not a train job, or no log of that step (the detail says)",
+    }
+}
+_BAD_LOG = {422: {"model": Problem, "description": "bad parameters, or the step's log file is unreadable"}}
+_MAX_STEP = 10**9
 _SSE = {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}}
 
 
@@ -152,6 +171,57 @@ def job_results(job_id: str) -> ResultList:
     """Evaluation summaries (overall and breakdowns per benchmark), from the job's result events: the
     latest per benchmark (a retried eval reports a benchmark again)."""
     return ResultList(job_id=job_id, results=results(checked_job_id(job_id)))
+
+
+StepParam = Annotated[int, Path(ge=0, le=_MAX_STEP, description="a training step")]
+
+
+@router.get("/v1/jobs/{job_id}/rollouts", response_model=RolloutSteps, responses={**_ERRORS, **_NO_ROLLOUTS})
+def rollout_steps(job_id: str) -> RolloutSteps:
+    """The steps whose rollouts a train job logged (``trainer.rollout_log``), ascending; none yet: []."""
+    job = get_job(checked_job_id(job_id))
+    return RolloutSteps(job_id=job.id, steps=logged_steps(run_folder(job)))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/rollouts/{step}",
+    response_model=RolloutStep,
+    responses={**_ERRORS, **_NO_ROLLOUTS, **_BAD_LOG},
+)
+def rollout_step(job_id: str, step: StepParam) -> RolloutStep:
+    """Every group logged at ``step``: its clips, prompt and answer, each response with its reward and
+    advantage. 422 names the file, line and field of a line that does not fit."""
+    job = get_job(checked_job_id(job_id))
+    return RolloutStep(job_id=job.id, step=step, groups=read_step(job, step))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/rollouts/{step}/frames/{key}/{index}",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/jpeg": {}}, "description": "the frame, downscaled"},
+        **_ERRORS, **_NO_ROLLOUTS, **_BAD_LOG,
+        503: {"model": Problem, "description": "this installation cannot draw thumbnails"},
+    },
+)  # fmt: skip
+def rollout_frame(
+    job_id: str,
+    step: StepParam,
+    key: Annotated[str, Path(pattern=CLIP_KEY_PATTERN, description="a clip key in the step's log")],
+    index: Annotated[int, Path(ge=0, le=100_000, description="the frame's index in the clip")],
+    request: Request,
+    size: Annotated[int, Query(ge=MIN_SIZE, le=MAX_SIZE, description="longest side, pixels")] = DEFAULT_SIZE,
+) -> Response:
+    """A frame of a clip the step's log names, as a JPEG thumbnail (cached on the server and, being
+    content-addressed, in the browser). A key the log does not name is 404: no other store entry."""
+    job = get_job(checked_job_id(job_id))
+    frames = logged_clips(job, step).get(key)
+    if frames is None:
+        raise RolloutLogMissing(f"job {job.id} logged no clip {key} at step {step}")
+    if index >= frames:
+        raise RolloutLogMissing(f"clip {key} has {frames} frames in the log of step {step}: no frame {index}")
+    jpeg = request.app.state.thumbnails.get(frame_store(), key, index, size)
+    return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": CACHE_CONTROL})
 
 
 class KindInfo(BaseModel):

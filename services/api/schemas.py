@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from services.api.kinds import JobKind
+from services.api.rollouts import RolloutGroup
 from services.common.jobs import MAX_RETRIES_LIMIT, JobInfo
 
 # Visible ASCII: keys travel in logs and URLs, and Postgres text cannot hold NUL.
@@ -71,6 +72,17 @@ class MetricsSeries(BaseModel):
 class ResultList(BaseModel):
     job_id: str
     results: list[dict[str, Any]] = Field(description="evaluation summaries, one per benchmark")
+
+
+class RolloutSteps(BaseModel):
+    job_id: str
+    steps: list[int] = Field(description="steps with a rollout log (trainer.rollout_log), ascending")
+
+
+class RolloutStep(BaseModel):
+    job_id: str
+    step: int
+    groups: list[RolloutGroup] = Field(description="the step's logged groups, as the trainer wrote them")
 
 
 class CacheStatsOut(BaseModel):
