@@ -203,7 +203,8 @@ class Fleet:
                     retry += ids
                     continue
                 for i, group in zip(ids, self._fleet_versions(member, groups), strict=True):
-                    out[i], self.last_engines[i] = group, member.index
+                    out[i] = group.model_copy(update={"engine": member.index})
+                    self.last_engines[i] = member.index
             pending = sorted(retry)
         return [g for g in out if g is not None]
 

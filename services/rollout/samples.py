@@ -178,6 +178,8 @@ class RolloutGroup(BaseModel):
     responses: list[RolloutResponse]
     # Mean accuracy of the online responses when the mix gate scored them, else None.
     online_accuracy: float | None = None
+    # Which of the fleet's engines generated the group (its index; None outside a fleet).
+    engine: int | None = None
 
     @property
     def offline_mask(self) -> list[bool]:

@@ -312,6 +312,15 @@ class WarmupConfig(_Section):
     batch_size: int = Field(16, ge=1)
 
 
+class RolloutLogConfig(_Section):
+    """``trainer.rollout_log``: every ``every``-th step, the first ``max_groups`` groups of its batch (prompt,
+    clips, answer, each response with its rewards and advantage) to ``OUTPUT_DIR/rollouts/step_NNNNNN.jsonl``
+    and the trackers (``services/trainer/rollout_log.py``; docs/training.md, "Looking at rollouts")."""
+
+    every: int = Field(0, ge=0, description="write the rollouts of every N-th step (0: never)")
+    max_groups: int = Field(4, ge=1, description="groups written per step: the first of the step's batch")
+
+
 class TrainerConfig(_Section):
     """``trainer``: the loop, its outputs and checkpoints."""
 
@@ -330,6 +339,10 @@ class TrainerConfig(_Section):
     )
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="with loggers: wandb")
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig, description="with loggers: mlflow")
+    rollout_log: RolloutLogConfig = Field(
+        default_factory=RolloutLogConfig,
+        description="sampled groups of every N-th step, to read (off by default)",
+    )
     torch_threads: int | None = Field(
         None,
         gt=0,
@@ -553,6 +566,27 @@ def behaviour_logprobs_comparable(config: TrainConfig) -> bool:
     return not behaviour_logprob_problems(config, "")
 
 
+def confined_reward(reward: RewardConfig) -> RewardConfig:
+    """A job's reward functions resolved inside the operator's ``REELRL_PLUGIN_ROOTS`` (a job runs code
+    on the server: only code the operator put there), or a ValueError naming the function."""
+    if not any(f.path for f in reward.functions):
+        return reward
+    from services.common.settings import get_settings
+    from services.reward.functions import confine
+
+    roots = get_settings().plugin_roots
+    functions = []
+    for index, spec in enumerate(reward.functions):
+        if spec.path is None:
+            functions.append(spec)
+            continue
+        try:
+            functions.append(spec.model_copy(update={"path": confine(spec.path, roots)}))
+        except ValueError as exc:
+            raise ValueError(f"reward.functions[{index}] ({spec.name}): {exc}") from None
+    return reward.model_copy(update={"functions": functions})
+
+
 class TrainJobConfig(TrainConfig):
     """A training config submitted as a job over the API. A job names files on the server, so every
     path it reads or writes must lie inside ``REELRL_DATA_ROOTS`` (none is accepted without roots);
@@ -592,6 +626,7 @@ class TrainJobConfig(TrainConfig):
             raise ValueError(f"trainer.output_dir={exc}") from None
         if self.trainer.resume not in ("auto", "none"):
             self.trainer.resume = inside(self.trainer.resume, "trainer.resume")
+        self.reward = confined_reward(self.reward)
         from services.common.job_bounds import check_train_job_bounds
         from services.common.jobs import JobSettings
 

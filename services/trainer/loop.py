@@ -43,6 +43,7 @@ from services.trainer.batch import pad_rows
 from services.trainer.config import TrainConfig, dump_config
 from services.trainer.data import DataError, StatefulLoader, TrainSample, prepare_splits
 from services.trainer.group import LocalActorGroup
+from services.trainer.rollout_log import RolloutLog
 from services.trainer.tracking import MetricsLogger
 from services.trainer.update import SequenceTargets
 
@@ -92,6 +93,10 @@ class Scored:
     accuracy: list[float]
     format: list[float]
     errors: int = 0
+    # the named parts of a reward mix (``reward.functions``): name -> one value per response
+    parts: dict[str, list[float]] = field(default_factory=dict)
+    # per response, why the reward library could not score it (None: scored)
+    item_errors: list[str | None] = field(default_factory=list)
 
 
 @dataclass
@@ -126,11 +131,15 @@ def score_groups(
     errors = [r.error for r in results if r.error]
     for message in errors[:3]:
         log.warning("step %d: an item could not be scored (reward 0): %s", step, message)
+    names = sorted({name for r in results for name in r.parts or {}})
     return Scored(
         overall=[r.overall for r in results],
         accuracy=[r.accuracy for r in results],
         format=[r.format for r in results],
         errors=len(errors),
+        # a part missing from an item (it failed before that part was scored) counts 0, as in its overall
+        parts={name: [(r.parts or {}).get(name, 0.0) for r in results] for name in names},
+        item_errors=[r.error for r in results],
     )
 
 
@@ -181,6 +190,7 @@ def step_advantages(
         inputs["reward_components"] = {
             "accuracy": torch.tensor(scored.accuracy),
             "format": torch.tensor(scored.format),
+            **{name: torch.tensor(values) for name, values in scored.parts.items()},
         }
     advantages = compute_advantages(
         algo.advantage_estimator, scores=scores, token_rewards=token_rewards, response_mask=mask,
@@ -264,6 +274,11 @@ class Trainer:
         # Without a checkpoint nothing earlier counts (step 0's validation included); with one, the
         # steps after it are recomputed, and so are newer checkpoints of the history being replaced.
         self.logger.truncate_after(self.start_step if self.resume_from is not None else -1)
+        self.rollout_log = RolloutLog(
+            self.output_dir, cfg.trainer.rollout_log, store=self.store, tokenizer=self.checkpoint.tokenizer,
+            sinks=[self.logger.log_rollouts],
+        )  # fmt: skip
+        self.rollout_log.discard_after(self.start_step)
         for step in ckpt.discard_after(self.output_dir, self.start_step):
             log.warning("removed checkpoint step %d: newer than the step this run resumes from", step)
         if self.adapter_path is not None:  # the engine started from the base: give it base + adapters
@@ -457,6 +472,8 @@ class Trainer:
         with timer("adv"):
             advantages, adv_metrics = self.advantages(samples, groups, scored, old, ref)
         metrics.update(adv_metrics)
+        # trainer.rollout_log: every N-th step's first groups to rollouts/ and the trackers
+        self.rollout_log.write(step, samples, groups, scored, advantages, timer=timer)
 
         with timer("update"):
             update = self.group.update(
@@ -591,6 +608,7 @@ class Trainer:
             ("overall", scored.overall),
             ("accuracy", scored.accuracy),
             ("format", scored.format),
+            *scored.parts.items(),
         ):
             m[f"reward/{name}"] = _mean([values[i] for i in online]) if online else _mean(values)
         by_type: dict[str, list[int]] = defaultdict(list)

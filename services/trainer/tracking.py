@@ -1,7 +1,8 @@
 """Where step metrics go: ``OUTPUT_DIR/metrics.jsonl``, the ``train_runs`` / ``train_step_metrics`` tables
 the status page reads, optionally TensorBoard, wandb and MLflow, and any hook a job runner attaches. A
 step is written once: resuming from a checkpoint first removes what later steps had written (the
-append-only trackers instead skip the steps they already hold, ``services.common.trackers``)."""
+append-only trackers instead skip the steps they already hold, ``services.common.trackers``). The
+steps' rollout records (``trainer.rollout_log``) reach wandb and MLflow too, under the same rule."""
 
 from __future__ import annotations
 
@@ -18,12 +19,18 @@ from sqlalchemy import delete, select
 from services.common.db.engine import session_scope
 from services.common.db.models import TrainRun, TrainStepMetrics, utcnow
 from services.common.trackers import MlflowConfig, Trackers, WandbConfig
+from services.trainer.rollout_log import ROLLOUTS_DIR, records_text, rollout_name
 
 METRICS_FILE = "metrics.jsonl"
 # Which samples each step trained on: what a resumed run is checked against, and where to look first
 # when a step's numbers look odd.
 BATCHES_FILE = "batches.jsonl"
 StepHook = Callable[[int, dict[str, float]], None]
+#: the columns of wandb's ``rollouts`` table: one row per response of the logged groups
+ROLLOUT_COLUMNS = (
+    "step", "group", "sample_id", "problem_type", "prompt", "response", "overall", "accuracy", "format",
+    "advantage", "length", "offline",
+)  # fmt: skip
 
 
 def run_id_for(output_dir: Path) -> str:
@@ -51,6 +58,38 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def rollout_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
+    """The rows of the ``rollouts`` table (:data:`ROLLOUT_COLUMNS`) of a step's rollout records."""
+    rows = []
+    for record in records:
+        head = [record[k] for k in ("step", "group", "sample_id", "problem_type", "prompt")]
+        for response in record["responses"]:
+            rewards = [response["reward"][k] for k in ("overall", "accuracy", "format")]
+            tail = [response[k] for k in ("advantage", "length", "offline")]
+            rows.append([*head, response["text"], *rewards, *tail])
+    return rows
+
+
+def _wandb_rollouts(target: Any, step: int, records: list[dict[str, Any]]) -> None:
+    import wandb
+
+    target.run.log(
+        {"rollouts": wandb.Table(columns=list(ROLLOUT_COLUMNS), data=rollout_rows(records))}, step=step
+    )
+
+
+def _mlflow_rollouts(target: Any, step: int, records: list[dict[str, Any]]) -> None:
+    target.client.log_text(target.run_id, records_text(records), f"{ROLLOUTS_DIR}/{rollout_name(step)}")
+
+
+#: how each tracker takes a step's rollout records: wandb as a table under "rollouts" in the step's
+#: history row, MLflow as the artifact rollouts/step_NNNNNN.jsonl (the file's own text)
+ROLLOUT_SENDERS: dict[str, Callable[[Any, int, list[dict[str, Any]]], None]] = {
+    "wandb": _wandb_rollouts,
+    "mlflow": _mlflow_rollouts,
+}
 
 
 def _append_line(path: Path, row: dict[str, Any]) -> None:
@@ -154,6 +193,14 @@ class MetricsLogger:
         self.trackers.log(step, row)
         for hook in self.hooks:
             hook(step, row)
+
+    def log_rollouts(self, step: int, records: list[dict[str, Any]]) -> None:
+        """A step's rollout records (``services.trainer.rollout_log``) to every tracker that does not hold
+        the step yet (a step a resume recomputes keeps what was sent first, like its metrics)."""
+        trackers = self.trackers
+        for name, target in trackers.trackers.items():
+            if step > trackers.last_step[name]:
+                ROLLOUT_SENDERS[name](target, step, records)
 
     def finish(self, status: str, error: str | None = None) -> None:
         if "db" in self.loggers:

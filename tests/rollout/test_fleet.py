@@ -140,6 +140,7 @@ def test_groups_are_split_by_estimated_tokens_and_come_back_in_sample_order() ->
     assert [g.sample_id for g in groups] == ["s0", "s1", "s2", "s3"]
     # costs 108, 9, 58, 68: 108→a, 68→b, 58→b (68<108), 9→a (108<126)
     assert a.served == [["s0", "s1"]] and b.served == [["s2", "s3"]]
+    assert [g.engine for g in groups] == [0, 0, 1, 1]  # each group names the engine that generated it
 
 
 def test_a_repeated_sample_is_seeded_as_on_one_engine() -> None:
