@@ -14,7 +14,6 @@ frame-store entry.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from services.common.jobs import JobInfo
 from services.common.json_lines import RecordError, loads_record
+from services.common.rollout_files import ROLLOUTS_DIR, rollout_file, step_of
 
-# named as services/trainer/rollout_log.py writes them (ROLLOUTS_DIR, rollout_name)
-ROLLOUTS_DIR = "rollouts"
-_STEP_FILE = re.compile(r"step_(\d{6,})\.jsonl")
 #: a frame-store key as clip_key makes them (hex sha256), or a test's plain name: never a path
 CLIP_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _ENABLE_HINT = "the trainer writes it with trainer.rollout_log: {every: N, max_groups: M}"
@@ -97,7 +94,7 @@ def run_folder(job: JobInfo) -> Path:
 
 
 def step_file(folder: Path, step: int) -> Path:
-    return folder / ROLLOUTS_DIR / f"step_{step:06d}.jsonl"
+    return rollout_file(folder, step)
 
 
 def logged_steps(folder: Path) -> list[int]:
@@ -106,7 +103,7 @@ def logged_steps(folder: Path) -> list[int]:
         names = [p.name for p in (folder / ROLLOUTS_DIR).iterdir()]
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(int(m.group(1)) for name in names if (m := _STEP_FILE.fullmatch(name)))
+    return sorted(step for name in names if (step := step_of(name)) is not None)
 
 
 def read_step(job: JobInfo, step: int) -> list[RolloutGroup]:

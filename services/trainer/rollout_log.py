@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from services.common.atomic_files import atomic_text
 from services.common.frames import FrameStore
 from services.common.frames.store import META_FILE
+from services.common.rollout_files import ROLLOUTS_DIR, rollout_file, step_of
 from services.rollout.prompts import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from services.rollout.samples import RolloutGroup
 from services.trainer.config import RolloutLogConfig
@@ -33,22 +34,11 @@ if TYPE_CHECKING:
     from services.trainer.data import TrainSample
     from services.trainer.loop import Scored
 
-ROLLOUTS_DIR = "rollouts"
-_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 # a run of vision placeholders, as the processor expands one image's or video's (one per merged patch)
 _PLACEHOLDER_RUN = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})\\1+")
 #: what a sink gets: the step and its records (MetricsLogger.log_rollouts sends them to the trackers)
 RolloutSink = Callable[[int, list[dict[str, Any]]], None]
 PhaseTimer = Callable[[str], AbstractContextManager[None]]
-
-
-def rollout_name(step: int) -> str:
-    """``step_NNNNNN.jsonl``: a step's file in ``OUTPUT_DIR/rollouts/`` (and its trackers' artifact)."""
-    return f"step_{step:06d}.jsonl"
-
-
-def rollout_file(output_dir: Path, step: int) -> Path:
-    return Path(output_dir) / ROLLOUTS_DIR / rollout_name(step)
 
 
 def records_text(records: Iterable[Mapping[str, Any]]) -> str:
@@ -188,10 +178,10 @@ class RolloutLog:
         if not self.folder.is_dir():
             return removed
         for path in sorted(self.folder.iterdir()):
-            match = _FILE.match(path.name)
-            if match and int(match.group(1)) > step:
+            logged = step_of(path.name)
+            if logged is not None and logged > step:
                 path.unlink()
-                removed.append(int(match.group(1)))
+                removed.append(logged)
             elif path.name.startswith(".step_") and path.name.endswith(".tmp"):
                 path.unlink()
         return removed

@@ -18,8 +18,9 @@ from sqlalchemy import delete, select
 
 from services.common.db.engine import session_scope
 from services.common.db.models import TrainRun, TrainStepMetrics, utcnow
+from services.common.rollout_files import ROLLOUTS_DIR, rollout_name
 from services.common.trackers import MlflowConfig, Trackers, WandbConfig
-from services.trainer.rollout_log import ROLLOUTS_DIR, records_text, rollout_name
+from services.trainer.rollout_log import records_text
 
 METRICS_FILE = "metrics.jsonl"
 # Which samples each step trained on: what a resumed run is checked against, and where to look first
