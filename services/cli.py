@@ -398,6 +398,13 @@ def eval_run(
     limit: int = typer.Option(None, "--limit", min=1, help="At most N samples per benchmark."),
     output: Path = typer.Option(None, "--output", help="Run folder (default: <home>/eval/<run id>)."),
     config: Path = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML run config."),
+    reward_function: list[str] = typer.Option(
+        [],
+        "--reward-function",
+        help="Also score every answer with a reward function, reported as reward/NAME: "
+        "NAME=path/file.py:function, or path/file.py:function (named for the function); repeatable; "
+        "replaces the config's reward_functions.",
+    ),
     list_benchmarks: bool = typer.Option(
         False, "--list-benchmarks", help="Print every registered benchmark."
     ),
@@ -409,7 +416,9 @@ def eval_run(
         raise typer.Exit(list_command())
     from services.eval.runner import run_command
 
-    raise typer.Exit(run_command(model, benchmarks, data_root, limit, output, config, list(ctx.args)))
+    raise typer.Exit(
+        run_command(model, benchmarks, data_root, limit, output, config, list(ctx.args), reward_function)
+    )
 
 
 @eval_app.command("samples")

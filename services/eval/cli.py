@@ -37,6 +37,32 @@ def parse_assignments(pairs: list[str], what: str = "option") -> dict[str, Any]:
     return out
 
 
+def parse_reward_function(text: str) -> dict[str, str]:
+    """``--reward-function`` → ``{"name", "path"}``: ``NAME=path/file.py:function``, or
+    ``path/file.py:function`` alone, named for the function. The name must be a metric name."""
+    from pydantic import ValidationError
+
+    from services.reward.config import RewardFunctionConfig
+    from services.reward.functions import RewardFunctionError, parse_target
+
+    name, sep, target = text.partition("=")
+    if not sep:
+        name, target = "", text
+    try:
+        _, function = parse_target(target.strip())
+    except RewardFunctionError as exc:
+        raise typer.BadParameter(f"--reward-function {text!r}: {exc}") from None
+    name = name.strip() or function
+    try:
+        spec = RewardFunctionConfig(name=name, path=target.strip())
+    except ValidationError:
+        raise typer.BadParameter(
+            f"--reward-function {text!r}: {name!r} is not a metric name (a lower-case letter, then up to 63 "
+            "lower-case letters, digits or _); name it: NAME=path/file.py:function"
+        ) from None
+    return {"name": spec.name, "path": spec.path or ""}
+
+
 def list_command() -> int:
     for name in benchmark_names():
         typer.echo(name)

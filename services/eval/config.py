@@ -2,8 +2,8 @@
 
 One typed tree, YAML plus dotted ``key=value`` overrides, unknown keys rejected. The run id is derived
 from the fields that decide results (model and its weights, benchmarks, data, clip and prompt settings,
-sampling, judge), so re-running the same command resumes the same run; ``limit`` and the throughput
-knobs can change between attempts.
+sampling, judge, and reward functions when there are any), so re-running the same command resumes the
+same run; ``limit`` and the throughput knobs can change between attempts.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pydantic import (
 
 from services.common.trackers import MlflowConfig, TrackerName, WandbConfig
 from services.eval.benchmarks import BenchmarkError, benchmark_names
+from services.reward.config import RewardConfig, RewardFunctionConfig
+from services.reward.functions import parse_target
 from services.rollout.config import EngineConfig, RolloutConfig
 
 
@@ -82,6 +84,17 @@ class EvalConfig(BaseModel):
     bench: dict[str, BenchmarkSettings] = Field(default_factory=dict)
     rollout: RolloutConfig = Field(default_factory=eval_rollout_defaults)
     judge: JudgeConfig | None = None
+    reward_functions: list[RewardFunctionConfig] = Field(
+        default_factory=list,
+        description="reward functions ('file.py:function') that also score every answer, each reported "
+        "unweighted as reward/<name> (a `weight`, as in training's reward.functions, is ignored)",
+    )
+    reward_function_timeout_s: float = Field(
+        RewardConfig.model_fields["function_timeout_s"].default,
+        gt=0.0,
+        le=3600.0,
+        description="limit for one call of a reward function; past it, that item has no score",
+    )
     concurrency: int = Field(16, gt=0, description="requests in flight in the engine")
     io_threads: int = Field(4, gt=0, description="threads loading clips and rendering prompts")
     queue_size: int = Field(32, gt=0, description="prepared requests waiting for the engine (bounds memory)")
@@ -114,6 +127,27 @@ class EvalConfig(BaseModel):
         """A partial ``rollout`` fills in from the eval defaults, not the trainer's (n=8, sampling)."""
         if isinstance(value, dict):
             return merge(eval_rollout_defaults().model_dump(mode="json"), value)
+        return value
+
+    @field_validator("reward_functions")
+    @classmethod
+    def _functions_from_files(cls, value: list[RewardFunctionConfig]) -> list[RewardFunctionConfig]:
+        for index, spec in enumerate(value):
+            if spec.path is None:
+                raise ValueError(
+                    f"reward_functions[{index}] ({spec.name}): no path; evaluation loads every function "
+                    "from its file: give path: 'file.py:function'"
+                )
+            try:
+                parse_target(spec.path)  # a malformed target is refused now, not after the clips are made
+            except ValueError as exc:
+                raise ValueError(f"reward_functions[{index}] ({spec.name}): {exc}") from None
+        names = [spec.name for spec in value]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(
+                f"reward_functions: the names {repeated} are used more than once (each is a metric)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -154,6 +188,9 @@ class EvalConfig(BaseModel):
         )
         fields["model"] = str(self.model.resolve())
         fields["model_fingerprint"] = model_fingerprint(self.model)
+        if self.reward_functions:  # only then: the ids of runs without functions stay as they were
+            fields["reward_functions"] = [function_identity(spec) for spec in self.reward_functions]
+            fields["reward_function_timeout_s"] = self.reward_function_timeout_s
         return fields
 
     def resolved_run_id(self) -> str:
@@ -171,6 +208,15 @@ def model_fingerprint(path: Path) -> str:
             stat = file.stat()
             digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def function_identity(spec: RewardFunctionConfig) -> dict[str, Any]:
+    """A reward function as the run id sees it: its name, resolved file and function, and a sha256 of the
+    file (an edited function is a new run); not its weight, which evaluation ignores."""
+    file, attr = parse_target(spec.path or "")
+    path = Path(file).resolve()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+    return {"name": spec.name, "path": f"{path}:{attr}", "file_sha256": digest}
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -251,6 +297,25 @@ class EvalJobConfig(EvalConfig):
         if value is not None and value.model != "self":
             value.model = str(_inside_roots(value.model, "judge.model"))
         return value
+
+    @field_validator("reward_functions")
+    @classmethod
+    def _functions_inside_plugin_roots(cls, value: list[RewardFunctionConfig]) -> list[RewardFunctionConfig]:
+        """A job runs its reward functions' code on the server: only files inside the operator's
+        ``REELRL_PLUGIN_ROOTS`` (none without roots), stored resolved so the worker loads what was checked."""
+        if not value:
+            return value
+        from services.common.settings import get_settings
+        from services.reward.functions import confine
+
+        roots = get_settings().plugin_roots
+        confined = []
+        for index, spec in enumerate(value):
+            try:
+                confined.append(spec.model_copy(update={"path": confine(spec.path or "", roots)}))
+            except ValueError as exc:
+                raise ValueError(f"reward_functions[{index}] ({spec.name}): {exc}") from None
+        return confined
 
     @field_validator("bench")
     @classmethod

@@ -2,8 +2,8 @@
 benchmark's prompt, the engine input) into a bounded queue; ``concurrency`` consumers stream them
 through ``AsyncRolloutEngine``; each answer is scored and written to the database the moment it exists.
 
-Data path per sample: PlannedSample → (IO pool) Ready → (engine) response → (judge) → (IO pool) score
-→ eval_results row → ``on_result``.
+Data path per sample: PlannedSample → (IO pool) Ready → (engine) response → (judge and reward
+functions, at once) → (IO pool) score → eval_results row → ``on_result``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +20,11 @@ from services.common.samples import Sample
 from services.eval.benchmarks import Benchmark, ItemResult
 from services.eval.clips import PlannedSample
 from services.eval.manifest import result_manifest
+from services.eval.reward_functions import item_details
 from services.eval.scoring import score_one
 from services.eval.store import ResultRecord, save_result
+from services.reward.functions import FunctionRunner, Outcome
+from services.reward.scoring import as_sample
 from services.rollout import adapters
 from services.rollout.async_engine import AsyncRolloutEngine
 from services.rollout.prompts import EngineInput, prepare_inputs
@@ -106,6 +109,7 @@ class Pipeline:
         on_result: Callable[[str, ItemResult], None] | None = None,
         stop: Callable[[], bool] | None = None,
         sampling: dict[str, Any] | None = None,
+        reward_functions: Sequence[FunctionRunner] = (),
     ) -> None:
         self.engine = engine
         self.run_id = run_id
@@ -121,6 +125,9 @@ class Pipeline:
         self.stop = stop or (lambda: False)
         # per-request sampling overrides (benchmarks fix the response length with ignore_eos)
         self.sampling = dict(sampling or {})
+        # every answer is also scored by each (services/eval/reward_functions.py); the caller closes them
+        self.reward_functions = list(reward_functions)
+        self._traced: set[str] = set()  # functions whose first failure was logged with its traceback
         self.written = 0
 
     # --- IO pool ---------------------------------------------------------------------------------------
@@ -156,10 +163,11 @@ class Pipeline:
     def score_and_save(
         self, ready: Ready, response: RolloutResponse | None, prompt_tokens: int | None, latency_s: float | None,
         judge_response: str | None, error: str | None, rubric: dict[str, str] | None = None,
-        rubric_error: str | None = None,
+        rubric_error: str | None = None, functions: dict[str, Any] | None = None,
     ) -> ItemResult:  # fmt: skip
         """Score and store one sample. ``rubric_error`` (the rubric judge failed) leaves the item scored
-        as without a rubric and is kept in its details, so rubric aggregates can leave the item out."""
+        as without a rubric and is kept in its details, so rubric aggregates can leave the item out.
+        ``functions``: the reward functions' details of the answer, kept beside the benchmark's own."""
         task = ready.task
         if error is None and response is not None:
             item = score_one(
@@ -174,6 +182,8 @@ class Pipeline:
                 id=task.sample.id, accuracy=0.0, error=error, problem_type=task.sample.problem_type,
                 response=response.text if response is not None else None,
             )  # fmt: skip
+        if functions:
+            item = item.model_copy(update={"details": {**item.details, **functions}})
         clip = task.planned.params.canonical() if task.planned.params else None
         record = ResultRecord(
             benchmark=task.benchmark,
@@ -221,9 +231,61 @@ class Pipeline:
         replies = await asyncio.gather(*(self._ask_judge(r, max_tokens) for r in requests))
         return dict(zip(questions, replies, strict=True))
 
+    async def _judged(
+        self, ready: Ready, response: RolloutResponse
+    ) -> tuple[str | None, str | None, dict[str, str] | None, str | None]:
+        """(judge reply, error, rubric replies, rubric error) for one answer; all None without a judge."""
+        judge_response, error, rubric, rubric_error = None, None, None, None
+        if self.judge_engine is None:
+            return judge_response, error, rubric, rubric_error
+        answer = continued_response(ready.assistant_prefix, response.text)
+        # a judge prompt the engine refuses (too long) fails this sample only
+        if self.wants_judge(ready.task):
+            try:
+                judge_response = await self._judge(ready.task, answer)
+            except ValueError as exc:
+                error = f"judge failed: {exc}"
+        # The rubric (CoT steps, generation scores) is a figure beside the answer's score: its
+        # failure must not zero the answer, or turning the rubric on would lower the accuracy.
+        try:
+            rubric = await self._rubric(ready.task, answer)
+        except ValueError as exc:
+            rubric_error = f"rubric judge failed: {exc}"
+        return judge_response, error, rubric, rubric_error
+
+    async def _reward_functions(self, ready: Ready, response: RolloutResponse) -> dict[str, Any]:
+        """Every reward function's outcome on one answer, as the item's details (none without functions).
+        Called as training would call it: on the reward library's view of the sample (the one the
+        benchmark's accuracy reads) and the response the library reads (the assistant prefix included).
+        A sample the library cannot read fails every function on this item alone."""
+        if not self.reward_functions:
+            return {}
+        task = ready.task
+        try:
+            view = from_adapter(task, task.adapter.reward_sample, task.sample, self.family, ready.clip_meta)
+            sample = as_sample(view)
+        except (ValueError, LookupError, OSError) as exc:  # InvalidSample, boxes without the clip's size
+            why = f"reward functions not called: {type(exc).__name__}: {exc}"
+            outcomes = {runner.name: Outcome(error=why) for runner in self.reward_functions}
+        else:
+            text = continued_response(ready.assistant_prefix, response.text)
+            ran = await asyncio.gather(*(runner.arun([(sample, text)]) for runner in self.reward_functions))
+            outcomes = {
+                runner.name: outcome for runner, (outcome,) in zip(self.reward_functions, ran, strict=True)
+            }
+        for name, outcome in outcomes.items():
+            if outcome.error is None:
+                continue
+            if outcome.trace and name not in self._traced:  # the first raise of each, in full
+                self._traced.add(name)
+                log.warning("%s/%s: %s\n%s", task.benchmark, task.sample.id, outcome.error, outcome.trace)
+            else:
+                log.warning("%s/%s: %s", task.benchmark, task.sample.id, outcome.error)
+        return item_details(outcomes)
+
     async def _finish(self, ready: Ready, pool: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
-        response, prompt_tokens, latency, judge_response, error = None, None, None, None, ready.error
+        response, prompt_tokens, latency, error = None, None, None, ready.error
         if error is None:
             started = time.perf_counter()
             try:
@@ -232,24 +294,15 @@ class Pipeline:
             except ValueError as exc:  # refused input (too long, placeholder mismatch): this sample only
                 error = f"generation failed: {exc}"
             latency = time.perf_counter() - started
-        rubric, rubric_error = None, None
-        if error is None and response is not None and self.judge_engine is not None:
-            answer = continued_response(ready.assistant_prefix, response.text)
-            # a judge prompt the engine refuses (too long) fails this sample only
-            if self.wants_judge(ready.task):
-                try:
-                    judge_response = await self._judge(ready.task, answer)
-                except ValueError as exc:
-                    error = f"judge failed: {exc}"
-            # The rubric (CoT steps, generation scores) is a figure beside the answer's score: its
-            # failure must not zero the answer, or turning the rubric on would lower the accuracy.
-            try:
-                rubric = await self._rubric(ready.task, answer)
-            except ValueError as exc:
-                rubric_error = f"rubric judge failed: {exc}"
+        judge_response, rubric, rubric_error, functions = None, None, None, {}
+        if error is None and response is not None:
+            # the judge and the reward functions read the same answer: asked at once
+            (judge_response, error, rubric, rubric_error), functions = await asyncio.gather(
+                self._judged(ready, response), self._reward_functions(ready, response)
+            )
         item = await loop.run_in_executor(
             pool, self.score_and_save, ready, response, prompt_tokens, latency, judge_response, error,
-            rubric, rubric_error,
+            rubric, rubric_error, functions,
         )  # fmt: skip
         self.on_result(ready.task.benchmark, item)
 

@@ -29,6 +29,7 @@ from services.eval.config import RUN_MARKER, EvalConfig, model_fingerprint
 from services.eval.manifest import run_manifest
 from services.eval.outputs import write_json_atomic, write_jsonl_atomic, write_summaries
 from services.eval.pipeline import Pipeline, Task
+from services.eval.reward_functions import load_functions
 from services.eval.scoring import missing
 from services.eval.store import as_item, current_ids, finish_run, open_run, stored_results
 
@@ -98,13 +99,22 @@ def plan_benchmarks(config: EvalConfig, family: str, planner: ClipPlanner) -> di
 
 
 async def _stream(
-    config: EvalConfig, tasks: list[Task], pipeline_args: dict[str, Any], store: FrameStore
+    config: EvalConfig,
+    tasks: list[Task],
+    pipeline_args: dict[str, Any],
+    store: FrameStore,
+    functions: dict[str, Callable[..., Any]],
 ) -> int:
+    from services.reward.functions import FunctionRunner
     from services.rollout.async_engine import AsyncRolloutEngine
 
     engine = AsyncRolloutEngine(config.model, config.rollout, source=store)
     judge_engine = None
+    runners: list[FunctionRunner] = []  # one per reward function for the whole run, closed with it
     try:
+        for name, fn in functions.items():
+            # at most one call per request in flight: `concurrency` bounds both
+            runners.append(FunctionRunner(name, fn, config.reward_function_timeout_s, config.concurrency))
         if config.judge is not None:
             judge_engine = (
                 engine
@@ -119,10 +129,13 @@ async def _stream(
             io_threads=config.io_threads,
             queue_size=config.queue_size,
             thinking=config.thinking,
+            reward_functions=runners,
             **pipeline_args,
         )
         return await pipeline.run(tasks)
     finally:
+        for runner in runners:
+            runner.close()
         if judge_engine is not None and judge_engine is not engine:
             await judge_engine.aclose()
         await engine.aclose()
@@ -135,6 +148,8 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
     run_id = config.resolved_run_id()
     output_dir = Path(config.output_dir or get_settings().home / "eval" / run_id)
     check_run_folder(output_dir, RUN_MARKER, "evaluation")  # before anything is written there
+    # imported before any clip or engine work: a missing file or function fails the run at once
+    functions = load_functions(config.reward_functions)
     report = RunReport(run_id, output_dir)
     family = checkpoint_family(config.model)
     store = FrameStore.from_settings()
@@ -200,7 +215,7 @@ def run_eval(config: EvalConfig, hooks: Hooks | None = None, job_id: str | None 
             "stop": hooks.stop,
         }
         try:
-            report.written = asyncio.run(_stream(config, tasks, args, store))
+            report.written = asyncio.run(_stream(config, tasks, args, store, functions))
         except BaseException as exc:  # the engine died or the run was interrupted: not left "running"
             finish_run(run_id, "failed", None, error=f"{type(exc).__name__}: {exc}"[:4000])
             raise
@@ -273,13 +288,16 @@ def run_command(
     output: Path | None,
     config_path: Path | None,
     overrides: list[str],
+    reward_functions: list[str] | None = None,
 ) -> int:
-    """`reelrl eval run`: flags and dotted overrides over an optional YAML config."""
+    """`reelrl eval run`: flags and dotted overrides over an optional YAML config. ``reward_functions``:
+    the ``--reward-function`` values, which replace the config's ``reward_functions`` as every flag
+    replaces its key."""
     import typer
     from rich.console import Console
 
     from services.common.text import plain
-    from services.eval.cli import errors, parse_assignments
+    from services.eval.cli import errors, parse_assignments, parse_reward_function
     from services.eval.config import ConfigError, load_config
     from services.eval.store import RunMismatch
 
@@ -292,6 +310,8 @@ def run_command(
     }
     values = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
     try:
+        if reward_functions:
+            values["reward_functions"] = [parse_reward_function(text) for text in reward_functions]
         config = load_config({**values, **parse_assignments(overrides, "override")}, config_path)
     except (ConfigError, typer.BadParameter) as exc:
         errors.print(f"error: {plain(exc)}")
@@ -311,6 +331,14 @@ def run_command(
         out.print(
             plain(f"{summary.benchmark}: {summary.overall:.2f} ({summary.metric}; {summary.count} samples)")
         )
+        for key, value in summary.metrics.items():
+            if key.startswith("reward/"):
+                out.print(plain(f"  {key}: {value:.4g}"))
+        if summary.details.get("reward_function_errors"):
+            out.print(plain(f"  reward function errors: {summary.details['reward_function_errors']}"))
+        for note in summary.notes:
+            if note.startswith("reward function "):
+                out.print(plain(f"  {note}"))
     out.print(
         plain(
             f"run {report.run_id}: {report.written} new results, {report.skipped} resumed"

@@ -296,11 +296,22 @@ class Benchmark:
                     "stands in (re-score with `reelrl eval score`)"
                 )
             main = main.model_copy(update={"notes": notes})
+        # the reward functions' figures (services/eval/reward_functions.py), when any scored an item
+        from services.eval.reward_functions import summarise_functions
+
+        functions = summarise_functions(results[s.id] for s in samples)
+        metrics, notes = dict(main.metrics), list(main.notes)
+        if functions is not None:
+            metrics.update(functions.metrics)
+            notes += functions.notes
+            details["reward_function_errors"] = functions.errors
         return main.model_copy(
             update={
                 "reader": reader,
                 "robust_overall": robust_summary.overall,
                 "unreadable": unreadable,
+                "metrics": metrics,
+                "notes": notes,
                 "details": {**main.details, **details},
             }
         )
