@@ -6,14 +6,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -32,6 +27,7 @@ from services.reward.functions import (
 from services.reward.mix import MixedRewardClient, check_not_all_failed, combine
 from services.reward.result import RewardResult
 from services.reward.settings import RewardServiceSettings
+from tests.servers import free_port, served
 
 MC = {"id": "q1", "problem_type": "multiple choice", "answer": "B", "options": ["A. red", "B. blue"]}
 
@@ -313,36 +309,21 @@ def test_a_service_refuses_to_start_with_a_bad_function(tmp_path: Path) -> None:
         RewardServiceSettings(functions="just/a/path.py:f")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.integration
 def test_a_trainer_asks_the_service_for_its_functions_by_name(plugin: Path) -> None:
     """`reelrl serve reward --reward-function` (2 uvicorn workers); the client names a function without a
     path and gets the service's scores, mixed as a local function's would be."""
-    port = _free_port()
+    port = free_port()
     reelrl = Path(sys.executable).with_name("reelrl")
-    server = subprocess.Popen(
-        [str(reelrl), "serve", "reward", "--port", str(port), "--workers", "2",
-         "--reward-function", f"brevity={plugin}:brevity"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env={k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "REELRL_REWARD_FUNCTIONS")},
-    )  # fmt: skip
+    command = [str(reelrl), "serve", "reward", "--port", str(port), "--workers", "2",
+               "--reward-function", f"brevity={plugin}:brevity"]  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PROMETHEUS_MULTIPROC_DIR", "REELRL_REWARD_FUNCTIONS")
+    }
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    server.kill()
-                    pytest.fail(f"reward service did not start: {server.stderr.read().decode()[-3000:]}")
-                time.sleep(0.2)
+    with served(command, f"{url}/healthz", plugin.parent / "service.log", env, start_s=90):
         items = [(MC, "<answer>B</answer>"), (MC, "<answer>A</answer>" + "x" * 30)]
         remote = RewardConfig(url=url, functions=[{"name": "brevity", "weight": 0.5}])
         local = RewardConfig(functions=[{"name": "brevity", "path": f"{plugin}:brevity", "weight": 0.5}])
@@ -352,13 +333,6 @@ def test_a_trainer_asks_the_service_for_its_functions_by_name(plugin: Path) -> N
         missing = RewardConfig(url=url, functions=[{"name": "absent"}])
         with make_reward_client(missing) as client, pytest.raises(RewardFunctionError, match="not served"):
             client.score_batch(items)
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def test_plugin_source_stays_a_plain_module(plugin: Path) -> None:

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,6 +22,7 @@ from services.reward import RewardConfig, make_reward_client
 from services.reward.functions import RewardFunctionError
 from services.reward.judge import JUDGE_PROMPT, JudgeFunction, judge_prompt, read_score, read_verdict
 from services.reward.mix import MixedRewardClient
+from tests.servers import free_port, served
 
 ROOT = Path(__file__).resolve().parents[2]
 OPEN = {"id": "o1", "problem_type": "open-ended", "problem": "What moves?", "answer": "a red square"}
@@ -171,48 +168,23 @@ def test_a_judge_that_fails_every_item_fails_the_batch(scripted: str) -> None:
 # --- a real vLLM OpenAI-compatible server ------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """vLLM's OpenAI server (what `vllm serve` runs) of a tiny random-weight Qwen2.5-VL, on 127.0.0.1."""
     from services.common.tiny_models import build_tiny_model
 
     model = build_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("judge") / "model", seed=0)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = tmp_path_factory.mktemp("judge-log") / "server.log"
-    with log.open("wb") as sink:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-             "--served-model-name", "judge", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "1024", "--enforce-eager", "--dtype", "float32"],
-            stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+        "--served-model-name", "judge", "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", "1024", "--enforce-eager", "--dtype", "float32",
+    ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"vLLM's OpenAI server did not start: {log.read_text()[-3000:]}")
-            time.sleep(1)
+    log = tmp_path_factory.mktemp("judge-log") / "server.log"
+    with served(command, f"{url}/health", log, env, start_s=300, stop_s=60):
         yield f"{url}/v1"
-    finally:
-        os.killpg(server.pid, signal.SIGINT)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 def ask(url: str, prompt: str, constrain: bool) -> str:
@@ -255,7 +227,7 @@ def test_a_vllm_judge_gives_verdicts_and_a_garbage_one_fails_items_alone(vllm_ju
 @pytest.mark.integration
 def test_an_unreachable_judge_fails_the_batch_by_name() -> None:
     with (
-        judge_client(f"http://127.0.0.1:{_free_port()}/v1", retries=1) as client,
+        judge_client(f"http://127.0.0.1:{free_port()}/v1", retries=1) as client,
         pytest.raises(
             RewardFunctionError,
             match=r"judge failed on all 1 items.*unreachable after 2 attempts: ConnectError",

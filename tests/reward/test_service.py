@@ -5,11 +5,7 @@ import http.client
 import json
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,6 +14,7 @@ import httpx
 import pytest
 
 from services.reward import HttpRewardClient, RewardConfig, score
+from tests.servers import free_port, served
 
 pytestmark = pytest.mark.integration
 
@@ -31,40 +28,16 @@ ITEMS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def service_url():
-    port = _free_port()
+def service_url(tmp_path_factory: pytest.TempPathFactory):
+    port = free_port()
     reelrl = Path(sys.executable).with_name("reelrl")
-    server = subprocess.Popen(
-        [str(reelrl), "serve", "reward", "--port", str(port), "--workers", "2"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
-    )
+    command = [str(reelrl), "serve", "reward", "--port", str(port), "--workers", "2"]
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.fail(f"reward service did not start: {server.stderr.read().decode()[-3000:]}")
-            time.sleep(0.2)
-    yield url
-    server.send_signal(signal.SIGINT)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+    log = tmp_path_factory.mktemp("reward-service") / "service.log"
+    with served(command, f"{url}/healthz", log, env, start_s=90):
+        yield url
 
 
 def _expected():
