@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -105,22 +105,18 @@ def create_app(settings: ApiSettings | None = None, jobs: JobService | None = No
             return pages.not_found_page(request, str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
-    @app.exception_handler(RolloutLogMissing)
-    @app.exception_handler(FrameMissing)
-    async def _no_rollout(request: Request, exc: LookupError) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
+    def detail_answer(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+        async def answer(request: Request, exc: Exception) -> Response:
+            return JSONResponse({"detail": str(exc)}, status_code=status)
 
-    @app.exception_handler(RolloutLogInvalid)
-    async def _bad_rollout(request: Request, exc: RolloutLogInvalid) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return answer
 
-    @app.exception_handler(ThumbnailsUnavailable)
-    async def _no_thumbnails(request: Request, exc: ThumbnailsUnavailable) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(JobConflict)
-    async def _conflict(request: Request, exc: JobConflict) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
+    # errors whose message is the whole answer, by status
+    for error, status in (
+        (RolloutLogMissing, 404), (FrameMissing, 404), (RolloutLogInvalid, 422), (ThumbnailsUnavailable, 503),
+        (JobConflict, 409),
+    ):  # fmt: skip
+        app.add_exception_handler(error, detail_answer(status))
 
     @app.exception_handler(KindUnavailable)
     async def _unavailable(request: Request, exc: KindUnavailable) -> Response:
