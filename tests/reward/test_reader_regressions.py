@@ -11,6 +11,12 @@ after it are pinned here too: two time or box keys in one JSON object, a JSON ke
 intervals beside a prose one, a spatial-temporal time hedged in prose, a tracking frame given two boxes,
 and a multiple-choice truth written full-width.
 
+Then (sections 4–6): a fenced JSON answer was read from its fence alone, so text beside it offering another
+interval or box went unread; segmentation read only its first box key and first points key; a second
+value past the 32 places JSON is looked for went unseen; a tracking or spatial-temporal frame given a box
+beside "boxes" kept the one under "boxes". Those tests fail on the readers before this change; the cases
+in them that already read right (bare JSON beside bare JSON, one answer written twice) pin the same rule.
+
 Project rule: every form a reader accepts has a test that a hedge written in that same form earns 0.
 Each expected value is worked out by hand in the comment beside it.
 """
@@ -371,3 +377,233 @@ def test_official_readers_keep_their_released_rule_for_full_width_letters(reader
     assert score_official(reader, sample, "B").extracted == ascii_reads
     full = score_official(reader, sample, "\uff22")
     assert (full.accuracy, full.extracted) != (1.0, "B")
+
+
+# --- 4. text beside a JSON answer ---------------------------------------------------------------------
+# A fenced JSON answer was read from its fence alone, so '```json {"time": [10, 20]}``` or maybe [30, 40]'
+# earned [10, 20]'s IoU: the text beside it offered a second answer. JSON is read wherever it is, fenced
+# or not, and the text around it is read for intervals (temporal) and boxes (the box types) as well: any
+# other value is a hedge, the same value again is one answer.
+
+JSON_INTERVAL_FORMS = [form for form in INTERVAL_FORMS if form.startswith(("json", "fenced", "bare"))]
+
+
+@pytest.mark.parametrize("answer_form", JSON_INTERVAL_FORMS)
+@pytest.mark.parametrize("other_form", ALL_FORMS)
+@pytest.mark.parametrize("joint", [" or maybe ", "\n"])
+def test_another_interval_beside_a_json_interval_is_a_hedge(answer_form, other_form, joint):
+    answer = _interval(answer_form, 10, 30)
+    assert _temporal(answer) == 1.0
+    # [40, 50] beside it, after or before: a second answer, 0 (alone [40, 50] would earn 0 too, so also
+    # [20, 40], which alone earns ∩ 10 / ∪ 30 = 1/3: the hedge must not earn the better of the two)
+    for other in (_interval(other_form, 40, 50), _interval(other_form, 20, 40)):
+        assert _temporal(f"{answer}{joint}{other}") == 0.0
+        assert _temporal(f"{other}{joint}{answer}") == 0.0
+    # the same interval again, in any form: one answer, IoU 1
+    assert _temporal(f"{answer}{joint}{_interval(other_form, 10, 30)}") == 1.0
+
+
+def test_the_brief_s_fenced_hedge_earns_nothing():
+    sample = {"problem_type": "temporal grounding", "answer": {"time": [10, 20]}}
+    hedge = '```json {"time": [10, 20]}``` or maybe [30, 40]'
+    assert score(sample, f"<answer>{hedge}</answer>").accuracy == 0.0
+    assert score(sample, '<answer>```json {"time": [10, 20]}```</answer>').accuracy == 1.0
+
+
+# A box written in prose, (x1, y1, x2, y2), is no answer on its own (the box types read JSON), but beside a
+# JSON answer it offers a second box just as a JSON one does.
+PROSE_BOX = "({}, {}, {}, {})"
+
+
+@pytest.mark.parametrize("form", BOX_FORMS)
+@pytest.mark.parametrize("other", [*BOX_FORMS, "prose"])
+def test_another_box_beside_a_box_answer_is_a_hedge(form, other):
+    def written(box: list[int]) -> str:
+        return PROSE_BOX.format(*box) if other == "prose" else _box(other, box)
+
+    answer = _box(form, BOX_TRUTH)
+    for joint in (" or maybe ", "\n"):
+        # [0, 0, 5, 5] beside the right box: a hedge, 0 either way round
+        assert _spatial(f"{answer}{joint}{written([0, 0, 5, 5])}") == 0.0
+        assert _spatial(f"{written([0, 0, 5, 5])}{joint}{answer}") == 0.0
+        # [15, 10, 25, 20] alone earns 1/3 (∩ 50, ∪ 150): beside the right box still 0
+        assert _spatial(f"{answer}{joint}{written([15, 10, 25, 20])}") == 0.0
+        # the same box again in prose or as the same JSON: one answer, IoU 1. As a different JSON value
+        # ({"box": A} beside [A]) it is two JSON answers, read strictly as a hedge like any two: 0
+        same_json = other == form or {form, other} == {"bare", "fenced"}
+        expected = 1.0 if other == "prose" or same_json else 0.0
+        assert _spatial(f"{answer}{joint}{written(BOX_TRUTH)}") == expected
+
+
+def test_a_prose_box_alone_is_no_answer():
+    assert _spatial(PROSE_BOX.format(*BOX_TRUTH)) == 0.0
+
+
+FENCED = "```json\n{}\n```"
+
+
+@pytest.mark.parametrize(
+    ("beside", "expected"),
+    [
+        ("", 1.0),  # the answer alone: tIoU 1, both boxes right
+        # the same interval in prose, the same box in prose: one answer
+        ("i.e. from 10 to 30 seconds", 1.0),
+        ("the box (0, 0, 10, 10) throughout", 1.0),
+        # another interval in prose: the time is hedged (0), the boxes stand: 0.5·0 + 0.5·1
+        ("or maybe from 40 to 50 seconds", 0.5),
+        ("or maybe 40 - 50 s", 0.5),
+        # another JSON value or a prose box beside it: two answers, 0
+        ("or maybe [40, 50]", 0.0),
+        ('or {"time": [40, 50], "boxes": {"10": [0, 0, 10, 10], "20": [0, 0, 10, 10]}}', 0.0),
+        ("or maybe (50, 50, 60, 60)", 0.0),
+    ],
+)
+def test_text_beside_a_fenced_spatial_temporal_answer(beside, expected):
+    fenced = FENCED.format(json.dumps({"time": TRUTH, "boxes": RIGHT_BOXES}))
+    assert score(STVG, f"<answer>{fenced}\n{beside}</answer>").accuracy == expected
+
+
+@pytest.mark.parametrize(
+    ("beside", "expected"),
+    [
+        ("", 1.0),  # both frames right: (1 + 1) / 2
+        ('i.e. {"0": [0, 0, 10, 10], "1": [0, 0, 10, 10]}', 1.0),  # the same answer again
+        ("the box stays at (0, 0, 10, 10)", 1.0),  # a box it gives, in prose
+        ('or maybe {"0": [50, 50, 60, 60], "1": [0, 0, 10, 10]}', 0.0),  # a second answer
+        ("or maybe [50, 50, 60, 60]", 0.0),
+        ("or maybe (50, 50, 60, 60)", 0.0),  # a box it does not give
+    ],
+)
+def test_text_beside_a_fenced_tracking_answer(beside, expected):
+    fenced = FENCED.format('{"0": [0, 0, 10, 10], "1": [0, 0, 10, 10]}')
+    assert score(TRACKING, f"<answer>{fenced}\n{beside}</answer>").accuracy == expected
+
+
+SEGMENTATION = {"problem_type": "segmentation", "answer": {"bbox": BOX_TRUTH}}
+SEG_ANSWER = {"bbox": BOX_TRUTH, "positive_points": [[15, 15]]}
+
+
+def _segmentation(text: str) -> float:
+    return score(SEGMENTATION, f"<answer>{text}</answer>").accuracy
+
+
+@pytest.mark.parametrize("wrap", ["{}", FENCED])
+@pytest.mark.parametrize(
+    ("beside", "expected"),
+    [
+        ("", 1.0),  # IoU 1, the one positive point inside: 0.5·1 + 0.5·1·1
+        ("i.e. (10, 10, 20, 20)", 1.0),  # the same box in prose
+        ("or maybe [0, 0, 5, 5]", 0.0),  # a second box
+        ("or maybe (0, 0, 5, 5)", 0.0),
+        ('or {"bbox": [10, 10, 20, 20], "positive_points": [[0, 0]]}', 0.0),  # a second prompt
+    ],
+)
+def test_text_beside_a_segmentation_answer(wrap, beside, expected):
+    assert _segmentation(f"{wrap.format(json.dumps(SEG_ANSWER))}\n{beside}") == expected
+
+
+# --- 5. segmentation reads every box key and every points key ------------------------------------------
+# It read the first box key and the first points key it found, so '{"bbox": A, "bbox_2d": B}' answered
+# twice and the key order chose. Every key counts, as in grounding: two that differ are a hedge.
+
+
+@pytest.mark.parametrize(
+    "hedge",
+    [
+        {"bbox": BOX_TRUTH, "bbox_2d": [0, 0, 5, 5], "positive_points": [[15, 15]]},
+        {"bbox_2d": [0, 0, 5, 5], "bbox": BOX_TRUTH, "positive_points": [[15, 15]]},
+        {"box": BOX_TRUTH, "boxes": [[0, 0, 5, 5]], "positive_points": [[15, 15]]},
+        {"bbox": [BOX_TRUTH, [0, 0, 5, 5]], "positive_points": [[15, 15]]},  # two boxes under one key
+        {"bbox": BOX_TRUTH, "box": [20, 20, 10, 10], "positive_points": [[15, 15]]},  # with an inverted one
+        # two points keys, positive or negative, giving different points
+        {"bbox": BOX_TRUTH, "positive_points": [[15, 15]], "points": [[0, 0]]},
+        {"bbox": BOX_TRUTH, "points": [[0, 0]], "point_2d": [15, 15]},
+        {
+            "bbox": BOX_TRUTH,
+            "positive_points": [[15, 15]],
+            "negative_points": [[0, 0]],
+            "points_neg": [[12, 12]],
+        },
+    ],
+)
+def test_two_box_or_points_keys_in_a_segmentation_answer_are_a_hedge(hedge):
+    # read as one key each, these earned up to 1.0; a hedge reads as no answer: 0
+    result = score(SEGMENTATION, f"<answer>{json.dumps(hedge)}</answer>")
+    assert (result.accuracy, result.extracted) == (0.0, None)
+
+
+@pytest.mark.parametrize(
+    "hedge",
+    [
+        '{"bbox": [0, 0, 5, 5], "bbox": [10, 10, 20, 20], "positive_points": [[15, 15]]}',  # a key twice
+        '{"bbox": [10, 10, 20, 20], "points": [[0, 0]], "points": [[15, 15]]}',
+    ],
+)
+def test_a_segmentation_key_given_twice_is_a_hedge(hedge):
+    assert _segmentation(hedge) == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"bbox": BOX_TRUTH, "bbox_2d": BOX_TRUTH, "positive_points": [[15, 15]]},  # one box, two keys
+        {"bbox": BOX_TRUTH, "positive_points": [[15, 15]], "points": [[15, 15]]},  # one point, two keys
+        {"bbox": BOX_TRUTH, "positive_points": [[15, 15]], "point_2d": [15, 15]},  # flat and nested
+        {"bbox": [BOX_TRUTH], "positive_points": [[15, 15]]},  # one box in a list
+    ],
+)
+def test_one_segmentation_value_under_two_keys_is_one_answer(answer):
+    # IoU 1, the positive point (15, 15) inside [10, 10, 20, 20], no negatives: 0.5·1 + 0.5·1·1
+    assert _segmentation(json.dumps(answer)) == 1.0
+
+
+# --- 6. found looking over every reader again -----------------------------------------------------------
+
+
+def test_a_box_past_the_json_reading_limit_still_counts():
+    # JSON is looked for at most 32 times; '[x]' is no JSON and used one each, so a second box after 40 of
+    # them was never seen and [10, 10, 20, 20] earned IoU 1. A text with more places to look is unreadable.
+    padding = " [x]" * 40
+    assert _spatial(f"[10, 10, 20, 20]{padding} [0, 0, 5, 5]") == 0.0
+    assert _spatial(f"[10, 10, 20, 20]{' [x]' * 20}") == 1.0  # within the limit: read as before
+
+
+def test_an_interval_past_the_json_reading_limit_still_counts():
+    # {"begin": 40, "end": 50} past the limit: no prose pattern reads it either ("begin" is no start word)
+    padding = " {x}" * 40
+    assert _temporal(f'{{"time": [10, 30]}}{padding} {{"begin": 40, "end": 50}}') == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # frames beside "boxes" were never read: frame 0 given a second box at the top level…
+        '{"boxes": {"0": [0, 0, 10, 10], "1": [0, 0, 10, 10]}, "0": [50, 50, 60, 60]}',
+        # …or under another box key
+        '{"boxes": {"0": [0, 0, 10, 10], "1": [0, 0, 10, 10]}, "bbox": {"0": [50, 50, 60, 60]}}',
+        '{"bbox_2d": {"0": [50, 50, 60, 60]}, "boxes": {"0": [0, 0, 10, 10], "1": [0, 0, 10, 10]}}',
+        '{"boxes": [{"frame": 0, "bbox_2d": [0, 0, 10, 10]}, {"frame": 1, "bbox_2d": [0, 0, 10, 10]}],'
+        ' "box": {"0": [50, 50, 60, 60]}}',
+    ],
+)
+def test_a_tracking_frame_given_a_box_beside_boxes_counts_as_missing(answer):
+    # frame 0 given two boxes (scored 0), frame 1 right (1): (0 + 1) / 2; read from "boxes" alone it was 1
+    assert score(TRACKING, f"<answer>{answer}</answer>").accuracy == 0.5
+
+
+@pytest.mark.parametrize("key", ["bbox_2d", "bbox", "box", "box_2d"])
+def test_tracking_frames_under_any_box_key_are_read(key):
+    right = {key: {"0": [0, 0, 10, 10], "1": [0, 0, 10, 10]}}
+    assert score(TRACKING, f"<answer>{json.dumps(right)}</answer>").accuracy == 1.0
+    # the hedge in that form: frame 0 given two boxes, (0 + 1) / 2
+    hedge = f'{{"{key}": {{"0": [0, 0, 10, 10], "0.0": [50, 50, 60, 60], "1": [0, 0, 10, 10]}}}}'
+    assert score(TRACKING, f"<answer>{hedge}</answer>").accuracy == 0.5
+
+
+def test_a_spatial_temporal_frame_given_a_box_beside_boxes_counts_as_missing():
+    # time right (tIoU 1); frame 10 given a second box at the top level, frame 20 right:
+    # 0.5·1 + 0.5·(0 + 1)/2 = 0.75 (read from "boxes" alone: 1.0)
+    answer = {"time": TRUTH, "boxes": RIGHT_BOXES, "10": WRONG}
+    assert _stvg(answer) == 0.75
+    assert _stvg({"time": TRUTH, "boxes": RIGHT_BOXES, "bbox": {"10": WRONG}}) == 0.75
+    assert _stvg({"time": TRUTH, "boxes": RIGHT_BOXES, "10": [0, 0, 10, 10]}) == 1.0  # the same box again

@@ -26,6 +26,10 @@ _LETTER = re.compile(
 # ...unless that word joins letters: "A or C" is a hedge, not an article.
 _LOWER_WORD_AHEAD = re.compile(r"\s+(?!(?:or|and|nor|vs|versus|and/or)\b)[a-z]")
 _WORD_LETTERS = "AI"  # the capitals that are English words on their own
+# A lowercase letter closed by a bracket or bold, "(b)", "b)", "[b]", "**b**": an option written small. (A
+# bare "b" is a letter only as the whole answer; "a" is an article.) Reading capitals alone let "(b) or (C)"
+# answer twice, read as C.
+_SMALL_LETTER = re.compile(r"(?<![A-Za-z0-9'’])[(\[*]{0,8}(?P<letter>[a-z])(?:[)\]]|\*\*)(?![A-Za-z0-9'’])")
 _DECORATION = "()[]{}*.:,;!?\"'`“”‘’ \t\n"
 
 
@@ -33,7 +37,8 @@ def letter_candidates(text: str, letters: str) -> set[str]:
     """Letters in ``letters`` that ``text`` names as an option.
 
     A bare "A" or "I" followed by a lowercase word is an English word ("A man walks", "I think"), not a
-    letter; any other capital is a letter whatever follows ("C is correct").
+    letter; any other capital is a letter whatever follows ("C is correct"). A lowercase letter is one
+    when closed by a bracket or bold ("(b)", "b)") or when it is the whole answer.
     """
     text = unicodedata.normalize("NFKC", text)
     stripped = text.strip(_DECORATION)
@@ -48,7 +53,8 @@ def letter_candidates(text: str, letters: str) -> set[str]:
         if not decorated and letter in _WORD_LETTERS and _LOWER_WORD_AHEAD.match(text, m.end()):
             continue
         found.add(letter)
-    return found
+    found.update(m.group("letter").upper() for m in _SMALL_LETTER.finditer(text))
+    return found & set(letters)
 
 
 def _normalised(text: str) -> str:

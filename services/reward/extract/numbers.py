@@ -3,7 +3,7 @@
 
 ``read_numbers`` returns every value in reading order, each marked when written as a percent;
 ``single_reading`` / ``single_number`` insist on exactly one distinct value, so an answer that hedges
-("10 or 12") reads as no answer. ``value_pairs`` says which values two readings may be compared as.
+("10 or 12", and "4 or five": a spelled-out number beside digits counts there) reads as no answer. ``value_pairs`` says which values two readings may be compared as.
 """
 
 from __future__ import annotations
@@ -68,30 +68,33 @@ def _digit_numbers(text: str) -> list[Number]:
     return [Number(value, pct) for value, pct in found if value is not None]
 
 
-def _word_numbers(text: str) -> list[float]:
-    """Spelled-out numbers: "seven", "twenty-one", "three hundred and five", "twice"."""
+def _word_numbers(text: str, *, beside_digits: bool = False) -> list[float]:
+    """Spelled-out numbers: "seven", "twenty-one", "three hundred and five", "twice".
+
+    ``beside_digits``: the words that are numbers in a text that also writes digits, where a lone "one"
+    ("the one on the left") and the adverbs ("I counted twice", "none of them") are words, not values.
+    """
     values: list[float] = []
     total = current = 0
-    active = False
-    for word in _WORD.findall(text.lower().replace("-", " ")):
+    spelled: list[str] = []  # the words of the number being read
+    for word in [*_WORD.findall(text.lower().replace("-", " ")), ""]:  # "" ends the last number
         if word in _UNITS or word in _TENS:
             current += _UNITS.get(word, 0) + _TENS.get(word, 0)
-            active = True
-        elif word in _SCALES and active:
+            spelled.append(word)
+        elif word in _SCALES and spelled:
             current = max(current, 1) * _SCALES[word]
             if _SCALES[word] >= 1000:
                 total, current = total + current, 0
-        elif word == "and" and active:
+            spelled.append(word)
+        elif word == "and" and spelled:
             continue
         else:
-            if active:
+            if spelled and not (beside_digits and spelled == ["one"]):
                 values.append(float(total + current))
-                total = current = 0
-                active = False
-            if word in _ADVERBS:
+            total = current = 0
+            spelled = []
+            if word in _ADVERBS and not beside_digits:
                 values.append(float(_ADVERBS[word]))
-    if active:
-        values.append(float(total + current))
     return values
 
 
@@ -107,9 +110,12 @@ def find_numbers(text: str) -> list[float]:
 
 def single_reading(text: str) -> Number | None:
     """The one number ``text`` states (a percent if every mention is one), or None when it states none or
-    several different ones."""
+    several different ones. Beside digits a spelled-out number counts too ("4 or five" is a hedge; "4
+    (four)" one answer), except a lone "one" and the adverbs (see ``_word_numbers``)."""
     numbers = read_numbers(text)
     if not numbers or any(n.value != numbers[0].value for n in numbers[1:]):
+        return None
+    if any(value != numbers[0].value for value in _word_numbers(text, beside_digits=True)):
         return None
     return Number(numbers[0].value, all(n.percent for n in numbers))
 

@@ -7,6 +7,10 @@ intervals, in one form or across forms, are a hedge that reads as nothing. (The 
 temporal-grounding readers, which swap and take the first, live in ``services.reward.official``.) Inside
 JSON the same holds: an object's time keys and box keys all count, a key given twice with two values
 reads as nothing, and a frame given two different boxes is missing.
+
+A fence is no boundary: JSON is read wherever it is, in fenced blocks and beside them, and the text around
+it is read too (for intervals, and for boxes written in prose), so text beside a JSON answer offering
+another value makes it a hedge. The same value again, in any form, is one answer.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-# A fenced block: group 1 the language ("json", "svg", may be empty), group 2 the content. The rest of the
-# info line ("```python title=x") is skipped only when a newline ends it, so "```{"a": 1}```" keeps its body.
+# A fenced block (the code type's answer; JSON is read alike in a fence or not): group 1 the language
+# ("json", "svg", may be empty), group 2 the content. The rest of the info line ("```python title=x") is
+# skipped only when a newline ends it, so "```{"a": 1}```" keeps its body.
 # The blanks and the language are matched possessively (``*+``): backtracking into them could only move the
 # search for the closing fence back over characters that hold no backtick, so it finds nothing new, yet it
 # made an unclosed "```" before n word characters cost O(n²) inside one regex call (60 s for 80,000).
@@ -65,45 +70,83 @@ _INTERVAL_PATTERNS = (
 )
 # A time offered two ways ("from 10 to 20 or 30 seconds", "10 or 12 - 20 s", "00:20/00:30"): a hedge.
 _ALTERNATIVE_TIMES = re.compile(rf"(?<![\w.:]){_TIME}{_UNIT}\s*(?:\bor\b|/)\s*{_TIME}", re.I)
+# A box written in prose, "(10, 20, 110, 220)" (or bracketed where it is no JSON, "[010, 20, 110, 220]"):
+# no answer on its own, but beside a JSON answer a box it does not hold is a second answer.
+_PROSE_BOX = re.compile(rf"[\[(]\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM})\s*[\])]")
+
+_Span = tuple[Any, int, int]
 
 
-def _json_in(source: str, offset: int = 0) -> list[tuple[Any, int, int]]:
-    """``(value, start, end)`` of each top-level JSON value in ``source``, positions shifted by ``offset``."""
-    found: list[tuple[Any, int, int]] = []
+def sole(values: Sequence[Any]) -> Any | None:
+    """The value every item of ``values`` equals, or None when there is none or two differ (a hedge)."""
+    if not values or any(value != values[0] for value in values[1:]):
+        return None
+    return values[0]
+
+
+def every_key(value: dict[str, Any], keys: Sequence[str]) -> list[Any]:
+    """What ``value`` gives under each of ``keys`` (the spellings of one field), in ``keys``' order. Every
+    spelling counts: reading the first alone let '{"bbox_2d": A, "bbox": B}' answer twice."""
+    return [value[key] for key in keys if key in value]
+
+
+def _json_in(text: str) -> list[_Span] | None:
+    """``(value, start, end)`` of each top-level JSON value in ``text``, in ``` fences or not, or None when
+    more than ``_MAX_JSON_STARTS`` places could start one: the reading stops there to stay linear, and a
+    value past them could be a second answer, so such a text is unreadable rather than read in part."""
+    found: list[_Span] = []
     attempts, at = 0, 0
-    while attempts < _MAX_JSON_STARTS and (start := _JSON_START.search(source, at)) is not None:
+    while (start := _JSON_START.search(text, at)) is not None:
+        if attempts == _MAX_JSON_STARTS:
+            return None
         attempts += 1
         try:
-            value, end = _DECODER.raw_decode(source, start.start())
+            value, end = _DECODER.raw_decode(text, start.start())
         except (ValueError, RecursionError):  # not JSON (or nested beyond reason) from here on
             at = start.start() + 1
             continue
-        found.append((value, offset + start.start(), offset + end))
+        found.append((value, start.start(), end))
         at = end
     return found
 
 
-def _fenced_json(text: str) -> list[tuple[Any, int, int]]:
-    return [found for m in FENCE.finditer(text) for found in _json_in(m.group(2), m.start(2))]
+def _json_and_prose(text: str) -> tuple[list[_Span], str] | None:
+    """The JSON values in ``text`` and the text around them, each value blanked (JSON is read as JSON,
+    never again as prose); None when ``text`` is unreadable (see ``_json_in``)."""
+    spans = _json_in(text)
+    if spans is None:
+        return None
+    prose = list(text)
+    for _, start, end in spans:
+        prose[start:end] = " " * (end - start)
+    return spans, "".join(prose)
 
 
-def json_values(text: str) -> list[Any]:
-    """Every top-level JSON object or array in ``text``, in order: those in fenced blocks when they hold
-    any, else those in the whole text. At most ``_MAX_JSON_STARTS`` decoding attempts per source."""
-    return [value for value, _, _ in _fenced_json(text) or _json_in(text)]
-
-
-_INTERVAL_KEYS = ("time", "timestamps", "timestamp", "interval", "segment")
-_START_END_KEYS = (("start", "end"), ("start_time", "end_time"), ("begin", "end"))
+def _four_number_lists(value: Any) -> set[tuple[float, ...]]:
+    """Every list of four finite numbers anywhere in a JSON value: the boxes it could be giving."""
+    if isinstance(value, dict):
+        return {box for item in value.values() for box in _four_number_lists(item)}
+    if not isinstance(value, list):
+        return set()
+    found = {box for item in value for box in _four_number_lists(item)}
+    if len(value) == 4 and None not in (numbers := tuple(finite_number(v) for v in value)):
+        found.add(numbers)  # type: ignore[arg-type]
+    return found
 
 
 def find_json(text: str) -> Any | None:
-    """The JSON object or array ``text`` answers with (fenced blocks first), or None: none, or several
-    different ones ("[3.2, 5.0] or [10, 12]" hedges just like two intervals in prose)."""
-    values = json_values(text)
-    if not values or any(v != values[0] for v in values[1:]):
+    """The JSON object or array ``text`` answers with, or None: none, several different ones (a fenced
+    '[3.2, 5.0]' beside a bare '[10, 12]' hedges just like two intervals in prose), or one beside a box
+    in prose, "(x1, y1, x2, y2)", that it does not hold. The same value twice is one answer."""
+    read = _json_and_prose(text)
+    if read is None:
         return None
-    return values[0]
+    spans, prose = read
+    value = sole([value for value, _, _ in spans])
+    if value is None:
+        return None
+    offered = {tuple(float(n) for n in m.groups()) for m in _PROSE_BOX.finditer(prose)}
+    return value if offered <= _four_number_lists(value) else None
 
 
 def as_json(value: Any) -> Any:
@@ -119,6 +162,10 @@ def finite_number(value: Any) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) else None
+
+
+_INTERVAL_KEYS = ("time", "timestamps", "timestamp", "interval", "segment")
+_START_END_KEYS = (("start", "end"), ("start_time", "end_time"), ("begin", "end"))
 
 
 def _seconds(token: str) -> float:
@@ -152,8 +199,7 @@ def _as_pair(raw: Any) -> tuple[float | None, float | None]:
 
 def _object_fields(value: dict[str, Any]) -> list[Any]:
     """Every interval an object names, unvalidated: each ``time``-like key and each start/end pair."""
-    named = [value[key] for key in _INTERVAL_KEYS if key in value]
-    return named + [
+    return every_key(value, _INTERVAL_KEYS) + [
         [value[start], value[end]] for start, end in _START_END_KEYS if start in value and end in value
     ]
 
@@ -185,26 +231,23 @@ def interval_from_json(value: Any, *, swap: bool = False) -> tuple[float, float]
     fields = _time_fields(value)
     if not fields:
         return False
-    return as_interval(fields[0], swap=swap) if len({_as_pair(raw) for raw in fields}) == 1 else None
+    pair = sole([_as_pair(raw) for raw in fields])
+    return None if pair is None else as_interval(pair, swap=swap)
 
 
 def _interval_candidates(text: str) -> set[tuple[float | None, float | None]] | None:
-    """Every different ``(start, end)`` ``text`` offers, valid or not, or None when a time is offered two
-    ways. With intervals in fenced JSON blocks, those alone (the answer is fenced; the text around it is
-    commentary); otherwise the time field of each JSON value and each prose interval in the rest."""
-    fenced = _fenced_json(text)
-    spans = fenced or _json_in(text)
-    found = {_as_pair(raw) for value, _, _ in spans for raw in _time_fields(value)}
-    if fenced and found:
-        return found
-    prose = list(text)
-    for _, start, end in spans:  # JSON is read as JSON, never again as prose
-        prose[start:end] = " " * (end - start)
-    rest = "".join(prose)
-    if _ALTERNATIVE_TIMES.search(rest):
+    """Every different ``(start, end)`` ``text`` offers, valid or not: the time fields of each JSON value,
+    fenced or not, and each interval in the prose around them (a fenced answer with "or maybe from 30 to
+    40 s" beside it offers two). None when a time is offered two ways, or ``text`` is unreadable."""
+    read = _json_and_prose(text)
+    if read is None:
         return None
+    spans, prose = read
+    if _ALTERNATIVE_TIMES.search(prose):
+        return None
+    found = {_as_pair(raw) for value, _, _ in spans for raw in _time_fields(value)}
     for pattern in _INTERVAL_PATTERNS:
-        found.update((_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(rest))
+        found.update((_seconds(m.group("s")), _seconds(m.group("e"))) for m in pattern.finditer(prose))
     return found
 
 
@@ -213,9 +256,9 @@ def find_interval(text: str, *, answer: bool = False) -> tuple[float, float] | N
 
     Answers and ground truths are read alike (``answer`` is kept for callers and changes nothing): an
     interval written end first is invalid, not swapped; several different intervals, in one form or
-    across forms ("[10, 20] or [30, 40]", '{"time": [10, 20]} or from 30 to 40 s'), and a time offered
-    two ways ("from 10 to 20 or 30 seconds") are a hedge → None. The same interval written twice, even
-    in two forms, is one answer."""
+    across forms ("[10, 20] or [30, 40]", '{"time": [10, 20]} or from 30 to 40 s', a fenced JSON interval
+    with another one beside the fence), and a time offered two ways ("from 10 to 20 or 30 seconds") are a
+    hedge → None. The same interval written twice, even in two forms, is one answer."""
     del answer
     found = _interval_candidates(text)
     return as_interval(found.pop()) if found is not None and len(found) == 1 else None
@@ -242,8 +285,7 @@ FRAME_KEYS = ("frame", "frame_id", "frame_index", "frame_idx", "time", "timestam
 def boxes_in(value: Any) -> list[Any]:
     """Raw box candidates in a JSON answer: a 4-list, a list of them, or dicts keyed bbox_2d/bbox/box(es)."""
     if isinstance(value, dict):
-        # Every box key counts: reading the first alone let '{"bbox_2d": A, "bbox": B}' answer twice.
-        return [box for key in BOX_KEYS if key in value for box in _boxes_under(value[key])]
+        return [box for raw in every_key(value, BOX_KEYS) for box in _boxes_under(raw)]
     if isinstance(value, list):
         if len(value) == 4 and all(not isinstance(v, list | dict) for v in value):
             return [value]
@@ -258,12 +300,9 @@ def _boxes_under(raw: Any) -> list[Any]:
 
 
 def single_box(value: Any) -> tuple[float, float, float, float] | None:
-    """The one box a JSON answer gives; several different boxes are a hedge → None."""
-    raw = boxes_in(value)
-    distinct = {tuple(b) if isinstance(b, list) else b for b in raw}
-    if len(distinct) != 1:
-        return None
-    return as_box(raw[0])
+    """The one box a JSON answer gives, under every box key; several different boxes (an invalid one
+    among them) are a hedge → None."""
+    return sole([as_box(raw) for raw in boxes_in(value)])
 
 
 def frame_key(key: Any) -> float | None:
@@ -278,7 +317,7 @@ def _frame_records(records: list[Any]) -> list[tuple[Any, Any]]:
     pairs = []
     for record in records:
         frame = next((record[k] for k in FRAME_KEYS if k in record), None)
-        pairs += [(frame, record[k]) for k in BOX_KEYS if k in record]
+        pairs += [(frame, raw) for raw in every_key(record, BOX_KEYS)]
     return pairs
 
 
@@ -298,23 +337,38 @@ def boxes_by_frame(
     value: Any, frame_keys: Sequence[float] | None = None
 ) -> dict[float, tuple[float, float, float, float]] | None:
     """Valid boxes by frame from ``{"<sec>": box}``, ``[{"frame": f, "bbox_2d": box}, …]`` or a bare list of
-    boxes (optionally under ``"boxes"``); invalid entries, and frames given two different boxes, are
-    dropped.
+    boxes, each also under ``"boxes"`` or another box key; invalid entries, and frames given two different
+    boxes, are dropped.
 
     A bare list says nothing about which frames its boxes belong to. With ``frame_keys`` (the truth's
     frames, sorted) it is mapped onto them only when the lengths are equal, and is otherwise unreadable
     (None); without them (reading a truth) index = frame. None also when ``value`` is no per-frame form.
     """
-    if isinstance(value, dict) and "boxes" in value:
-        value = value["boxes"]
+    pairs = _frame_pairs(value, frame_keys)
+    return None if pairs is None else _one_box_each(pairs)
+
+
+def _frame_pairs(value: Any, frame_keys: Sequence[float] | None) -> list[tuple[Any, Any]] | None:
+    """``(frame key, raw box)`` pairs of a per-frame answer (see ``boxes_by_frame``), or None.
+
+    An object's frames are read wherever it gives them: under each box key and at its top level, so
+    '{"boxes": {"0": A}, "0": B}' and '{"boxes": {"0": A}, "bbox": {"0": B}}' give frame 0 two boxes
+    (reading "boxes" alone let the rest answer again). Keys that name no frame ("time", "label") are
+    skipped by ``_one_box_each``."""
     if isinstance(value, dict):
-        return _one_box_each(list(value.items()))
+        pairs = [(key, raw) for key, raw in value.items() if key not in BOX_KEYS]
+        for raw in every_key(value, BOX_KEYS):
+            inner = _frame_pairs(raw, frame_keys)
+            if inner is None:
+                return None
+            pairs += inner
+        return pairs
     if not isinstance(value, list):
         return None
     if value and all(isinstance(item, dict) for item in value):
-        return _one_box_each(_frame_records(value))
+        return _frame_records(value)
     if frame_keys is None:
-        return _one_box_each(list(enumerate(value)))
+        return list(enumerate(value))
     if len(value) == len(frame_keys):
-        return _one_box_each(list(zip(frame_keys, value, strict=True)))
+        return list(zip(frame_keys, value, strict=True))
     return None

@@ -7,6 +7,8 @@ Rules (documented in docs/rewards.md):
 - Exactly one ``<answer>…</answer>`` block is an answer. Repeated, nested or unclosed answer tags are
   malformed: accuracy 0 and format 0, whatever they contain.
 - Without an answer block, the text after the reasoning is searched for a final answer.
+- A ``\\boxed{}`` is the answer, the text around it working; several boxes saying different things are a
+  hedge and read as nothing (taking the last one let "\\boxed{A} or \\boxed{B}" answer twice).
 """
 
 from __future__ import annotations
@@ -77,26 +79,56 @@ def split_response(response: str) -> ResponseParts:
     return ResponseParts(answer=answer, body=after_thinking, malformed=malformed, strict_ok=strict_ok)
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last-opened ``\\boxed{…}`` whose braces balance, or None.
+def _balanced_boxes(text: str) -> list[tuple[int, int, int]]:
+    """``(macro start, content start, content end)`` of each ``\\boxed{…}`` whose braces balance, in the
+    order they close.
 
-    One pass over the braces with a stack (``O(len(text))``): a brace closes the innermost open one, and
-    a ``\\boxed{`` that never closes is skipped for an earlier balanced one, as before.
+    One pass over the braces with a stack (``O(len(text))``): a brace closes the innermost open one, and a
+    ``\\boxed{`` that never closes is no box.
     """
-    box_opens = {m.end() - 1 for m in _BOXED.finditer(text)}
+    box_opens = {m.end() - 1: m.start() for m in _BOXED.finditer(text)}
     if not box_opens:
-        return None
+        return []
     stack: list[int] = []  # positions of the open braces
-    best: tuple[int, int] | None = None  # (content start, content end) of the last-opened closed box
+    boxes = []
     for brace in _BRACE.finditer(text):
         at = brace.start()
         if brace.group() == "{":
             stack.append(at)
         elif stack:
             opened = stack.pop()
-            if opened in box_opens and (best is None or opened + 1 > best[0]):
-                best = (opened + 1, at)
-    return text[best[0] : best[1]].strip() if best is not None else None
+            if opened in box_opens:
+                boxes.append((box_opens[opened], opened + 1, at))
+    return boxes
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last-opened ``\\boxed{…}`` whose braces balance, or None (a ``\\boxed{`` that never
+    closes is skipped for an earlier balanced one)."""
+    boxes = _balanced_boxes(text)
+    if not boxes:
+        return None
+    _, start, end = max(boxes, key=lambda box: box[1])
+    return text[start:end].strip()
+
+
+def boxed_answers(text: str) -> list[str]:
+    """What each outermost balanced ``\\boxed{…}`` says, in order: its content with the boxes inside it
+    unwrapped, so ``\\boxed{\\boxed{5}}`` says "5" and ``\\boxed{5 or \\boxed{4}}`` says "5 or 4"."""
+    answers: list[str] = []
+    outer_end = -1
+    cut: set[int] = set()  # the "\\boxed{" and "}" of boxes inside an outer one
+    outer: list[tuple[int, int]] = []
+    for macro, start, end in sorted(_balanced_boxes(text)):
+        if macro < outer_end:
+            cut.update(range(macro, start))
+            cut.add(end)
+        else:
+            outer.append((start, end))
+            outer_end = end
+    for start, end in outer:
+        answers.append("".join(text[i] for i in range(start, end) if i not in cut).strip())
+    return answers
 
 
 def after_final_phrase(text: str) -> str | None:
@@ -113,16 +145,17 @@ def after_final_phrase(text: str) -> str | None:
 
 
 def answer_text(parts: ResponseParts, *, phrases: bool) -> str | None:
-    """The text a type's extractor reads: the answer block or the post-reasoning body, narrowed to the
-    last ``\\boxed{}`` and (when ``phrases``) to the clause after a final-answer phrase."""
+    """The text a type's extractor reads: the answer block or the post-reasoning body, narrowed to its
+    ``\\boxed{}`` (None when several say different things: a hedge) and otherwise (when ``phrases``) to the
+    clause after the last final-answer phrase."""
     if parts.malformed:
         return None
     source = parts.answer if parts.answer is not None else parts.body
     if source is None:
         return None
-    boxed = last_boxed(source)
-    if boxed is not None:
-        return boxed
+    boxed = boxed_answers(source)
+    if boxed:
+        return boxed[0] if all(answer == boxed[0] for answer in boxed[1:]) else None
     if phrases:
         clause = after_final_phrase(source)
         if clause is not None:

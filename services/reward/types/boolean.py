@@ -17,6 +17,11 @@ _LEADING = re.compile(r"[\s*_\"'(\[]*(yes|no)\b[*_\"')\]]*\s*(?:[,.!;:—–-]|$
 # …unless the rest states the opposite answer on its own ("Yes, no.", "No, yes"), not as a word in a
 # sentence ("no dog").
 _BARE_ANSWER = re.compile(r"\b(yes|no)\b(?=[*_\"')\]]*\s*(?:[,.!?;:/]|$))", re.I)
+# …or a true/false that is a clause of its own ("Yes. False.", "No; true"), not a word of a sentence ("No,
+# that's not true"): reading yes/no alone let "Yes. False." answer both ways.
+_BARE_TRUTH_VALUE = re.compile(
+    r"(?:^|[,.!?;:/])[\s*_\"'(\[]*(true|false)\b(?=[*_\"')\]]*\s*(?:[,.!?;:/]|$))", re.I
+)
 
 
 def read_bool(text: str) -> bool | None:
@@ -28,8 +33,9 @@ def read_bool(text: str) -> bool | None:
     leading = _LEADING.match(text)
     if leading:
         verdict = _WORDS[leading.group(1).casefold()]
-        rest = {_WORDS[m.group(1).casefold()] for m in _BARE_ANSWER.finditer(text, leading.end())}
-        return verdict if rest <= {verdict} else None
+        rest = text[leading.end() :]
+        stated = [*_BARE_ANSWER.finditer(rest), *_BARE_TRUTH_VALUE.finditer(rest)]
+        return verdict if {_WORDS[m.group(1).casefold()] for m in stated} <= {verdict} else None
     values = {_WORDS[m.group(1).casefold()] for m in _WORD.finditer(text)}
     return values.pop() if len(values) == 1 else None
 

@@ -3,6 +3,10 @@
 accuracy = F1 between the multisets of structural features of the answer and of the reference (element
 tags and (tag, attribute) pairs for SVG/HTML; AST node types for Python), and 0 when the answer does not
 parse. An empty ``<svg/>`` shares one feature with a rich reference and earns almost nothing.
+
+The code is the fenced block, else the whole text. Several blocks holding different code are two
+programs, a hedge: no answer (a reference written so is an invalid sample). Taking the last one let an
+answer offer a second program.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from services.reward.errors import InvalidSample
-from services.reward.extract.structured import FENCE
+from services.reward.extract.structured import FENCE, sole
 from services.reward.registry import ProblemType, ScoreContext, normalise_name, register
 from services.reward.sample import RewardSample
 
@@ -109,10 +113,9 @@ def feature_f1(pred: Counter[str], truth: Counter[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def code_block(text: str) -> str:
-    """The last fenced block's content, else the text itself."""
-    blocks = FENCE.findall(text)
-    return (blocks[-1][1] if blocks else text).strip()
+def code_block(text: str) -> str | None:
+    """The fenced block's content, else the text itself; None when several blocks differ (a hedge)."""
+    return sole([body.strip() for _, body in FENCE.findall(text)] or [text.strip()])
 
 
 def language_of(sample: RewardSample) -> str:
@@ -128,7 +131,7 @@ def language_of(sample: RewardSample) -> str:
     alias = normalise_name(sample.problem_type)
     if alias in ("svg code", "html code"):
         return alias.split()[0]
-    reference = code_block(str(sample.answer)).lstrip().casefold()
+    reference = (code_block(str(sample.answer)) or "").lstrip().casefold()
     if reference.startswith("<svg") or (reference.startswith("<?xml") and "<svg" in reference):
         return "svg"
     if reference.startswith("<"):
@@ -145,7 +148,10 @@ class Code(ProblemType):
 
     def parse_truth(self, sample: RewardSample) -> tuple[str, Counter[str]]:
         language = language_of(sample)
-        features = _FEATURES[language](code_block(str(sample.answer)))
+        code = code_block(str(sample.answer))
+        if code is None:
+            raise InvalidSample(f"{sample.label}: the reference holds several different code blocks")
+        features = _FEATURES[language](code)
         if features is None:
             raise InvalidSample(f"{sample.label}: the reference {language} code does not parse")
         return language, features

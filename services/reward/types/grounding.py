@@ -157,7 +157,7 @@ class SpatialTemporalGrounding(ProblemType):
         if not isinstance(value, dict):
             return None
         interval = _answer_time(value, text)
-        frames = boxes_by_frame(value["boxes"], _truth_frame_keys(sample)) if "boxes" in value else {}
+        frames = boxes_by_frame(value, _truth_frame_keys(sample))
         if interval is None and not frames:
             return None
         return interval, frames or {}

@@ -1,4 +1,10 @@
-"""Math: symbolic equivalence of the final expression (math-verify, time-limited)."""
+"""Math: symbolic equivalence of the final expression (math-verify, time-limited).
+
+The answer is one expression. math-verify reads the last line, the last sentence or the last ``$…$`` of
+a text, and a match with any expression it reads counts, so "5\\n4" or "$5$; $4$" earned for 4: an answer
+whose statements (lines, LaTeX line breaks outside an environment, sentences, ``$…$`` / ``\\(…\\)`` /
+``\\[…\\]`` spans) say different things is a hedge and reads as no answer.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +25,27 @@ _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 # Digit runs are bounded: int() refuses strings over 4,300 digits, and such "answers" are not numbers.
 _DIGITS = re.compile(r"\d{1,300}")
 _NOISE = re.compile(r"\\left|\\right|\\!|\\,|\\;|\s+|^\$+|\$+$|\.$")
+# Math in delimiters: $$…$$, $…$, \(…\), \[…\].
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+# \begin{…}…\end{…}: its \\ are rows of one matrix or case list, not line breaks.
+_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.S)
+# Where math-verify starts another statement: a newline, a LaTeX line break, a sentence's end.
+_STATEMENT_BREAK = re.compile(r"\n|\\\\|\.\s+(?=\S)")
 
 
 def _clean(expr: str) -> str:
     expr = expr.strip()
     boxed = last_boxed(expr)
     return (boxed if boxed is not None else expr).strip().strip("$").strip()
+
+
+def _statements(text: str) -> set[str]:
+    """The different things ``text`` states: each delimited math span, else each line or sentence (blanks
+    dropped); one item for one expression."""
+    spans = [next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(text)]
+    if len(spans) < 2:
+        spans = _STATEMENT_BREAK.split(_ENVIRONMENT.sub(lambda m: m.group().replace("\\\\", " "), text))
+    return {re.sub(r"\s+", "", span) for span in spans} - {""}
 
 
 def _as_fraction(expr: str) -> Fraction | None:
@@ -59,7 +80,9 @@ class MathExpression(ProblemType):
 
     def extract(self, text: str, sample: RewardSample) -> str | None:
         expr = _clean(text)
-        return expr if expr and len(expr) <= MAX_EXPRESSION_CHARS else None
+        if not expr or len(expr) > MAX_EXPRESSION_CHARS or len(_statements(last_boxed(text) or text)) > 1:
+            return None
+        return expr
 
     def waits(self, parsed: Any, truth: Any) -> bool:
         return _decided_in_process(parsed, truth) is None

@@ -2,8 +2,9 @@
 
 The answer is ``{"bbox": [x1, y1, x2, y2], "positive_points": [[x, y], …], "negative_points": […]}``
 (``bbox_2d``/``box``, ``points``/``point_2d``/``points_pos`` and ``points_neg`` accepted; also as Qwen's
-one-element list ``[{"bbox_2d": …, "point_2d": [x, y]}]``). Without running a segmenter the prompts
-are checked against the ground-truth box:
+one-element list ``[{"bbox_2d": …, "point_2d": [x, y]}]``). Every box key and every points key counts, as in
+grounding: two that give different values are a hedge and read as no answer; one value under two keys is
+one answer. Without running a segmenter the prompts are checked against the ground-truth box:
 
     accuracy = 0.5 · IoU(bbox, truth) + 0.5 · pos_share · neg_share
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.reward.errors import InvalidSample
-from services.reward.extract.structured import BOX_KEYS, as_box, as_json, find_json, finite_number, single_box
+from services.reward.extract.structured import as_json, every_key, find_json, finite_number, single_box, sole
 from services.reward.metrics.iou import Box, box_iou
 from services.reward.registry import ProblemType, ScoreContext, register
 from services.reward.sample import RewardSample
@@ -30,8 +31,8 @@ _POS_KEYS = ("positive_points", "points_pos", "pos_points", "points", "point_2d"
 _NEG_KEYS = ("negative_points", "points_neg", "neg_points")
 
 
-def _points(value: dict[str, Any], keys: tuple[str, ...]) -> list[Point] | None:
-    raw = next((value[k] for k in keys if k in value), [])
+def _point_list(raw: Any) -> list[Point] | None:
+    """``[[x, y], …]`` (or one point written flat, ``[x, y]``) as sorted points; None when invalid."""
     if not isinstance(raw, list) or len(raw) > MAX_POINTS:
         return None
     if len(raw) == 2 and all(not isinstance(v, list) for v in raw):
@@ -42,7 +43,14 @@ def _points(value: dict[str, Any], keys: tuple[str, ...]) -> list[Point] | None:
         if any(c is None for c in coords):
             return None
         points.append((coords[0], coords[1]))
-    return points  # type: ignore[return-value]
+    return sorted(points)  # type: ignore[arg-type]
+
+
+def _points(value: dict[str, Any], keys: tuple[str, ...]) -> list[Point] | None:
+    """The points under ``keys`` ([] when none is given). Every key counts, as every box key does: two
+    that give different points are a hedge (None), the same points under two keys are one answer."""
+    given = every_key(value, keys)
+    return sole([_point_list(raw) for raw in given]) if given else []
 
 
 def _inside(point: Point, box: Box) -> bool:
@@ -70,7 +78,7 @@ class Segmentation(ProblemType):
             value = value[0]  # Qwen-style [{"bbox_2d": …, "point_2d": …}]
         if not isinstance(value, dict):
             return None
-        box = next((as_box(value[k]) for k in BOX_KEYS if k in value), None)
+        box = single_box(value)
         positive, negative = _points(value, _POS_KEYS), _points(value, _NEG_KEYS)
         if box is None or positive is None or negative is None:
             return None

@@ -23,7 +23,7 @@ from services.reward.timelimit import time_limit
     ("text", "expected"),
     [
         ('{"time": [1, 2]}', {"time": [1, 2]}),
-        ('here: ```json\n{"a": 1}\n``` and {"b": 2}', {"a": 1}),  # fenced blocks first
+        ('here: ```json\n{"a": 1}\n``` and {"b": 2}', None),  # a fenced value and another: two answers
         ("text [1, 2, 3, 4] more", [1, 2, 3, 4]),
         ("{not json} [5, 6]", [5, 6]),  # a failed start is skipped
         ("no json", None),
@@ -83,8 +83,8 @@ def test_find_interval(text, expected):
         ('{"time": [3.5, 7]} or from 10 to 12 s', None),  # two forms, two intervals
         ("from 3 to 7 or 9 seconds", None),  # an end offered two ways
         ('{"time": [3.5, 7]}, i.e. from 3.5 to 7 s', (3.5, 7.0)),  # one interval, two forms
-        # fenced JSON is the answer and the text around it commentary, as for every JSON answer
-        ('```json\n{"time": [3.5, 7]}\n```\nThe clip runs 0 - 30 s.', (3.5, 7.0)),
+        # an interval beside fenced JSON is a second answer (a hedge), whatever it claims to be
+        ('```json\n{"time": [3.5, 7]}\n```\nThe clip runs 0 - 30 s.', None),
         ('```json\n{"time": [3.5, 7]}\n```\n```json\n{"time": [10, 12]}\n```', None),
         ('{"time": [3, 3]}', None),  # still empty
         ('{"time": [-1, 3]}', None),  # still negative
