@@ -26,6 +26,11 @@ class Settings(BaseSettings):
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     # Folders whose Python files a job submitted over the API may load as reward functions (empty: none).
     plugin_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    # The LLM judge endpoints (base URLs) a job submitted over the API may send answers to, and the
+    # environment variables whose tokens it may send them (empty: none): a job must not make the
+    # worker call any URL, nor send it any secret the worker holds.
+    judge_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    judge_key_envs: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Decoders in the order they are tried (see services.common.frames.decoders).
     decoders: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["decord", "pyav"])
@@ -48,6 +53,13 @@ class Settings(BaseSettings):
     def _split_roots(cls, value: object) -> object:
         if isinstance(value, str):
             return [Path(p) for p in value.split(":") if p]
+        return value
+
+    @field_validator("judge_urls", "judge_key_envs", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip().rstrip("/") for v in value.split(",") if v.strip()]
         return value
 
     @field_validator("decoders", mode="before")

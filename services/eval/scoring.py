@@ -141,17 +141,16 @@ def score_many(
         except ValueError as exc:  # e.g. box answers without the clip's frame size
             views.append(None)
             errors.append(str(exc))
-    pairs: list[tuple[Any, str]] = []
-    for (sample, response, _, judge, prefix, _), view in zip(answers, views, strict=True):
-        pairs.append((view or {"problem_type": sample.problem_type}, continued_response(prefix, response)))
-        if judge is not None:
-            pairs.append((benchmark.judge_reward_sample(sample), judge))
+    pairs = [
+        (view or {"problem_type": sample.problem_type}, continued_response(prefix, response))
+        for (sample, response, _, _, prefix, _), view in zip(answers, views, strict=True)
+    ]
     scored = iter(score_items(pairs, config))
     results = []
     for answer, view, error in zip(answers, views, errors, strict=True):
         sample, response, _, judge, _, replies = answer
         rule = next(scored)
-        verdict = next(scored) if judge is not None else None
+        verdict = benchmark.read_judge(sample, judge) if judge is not None else None
         chosen = verdict if verdict is not None else rule
         rubric = benchmark.rubric_scores(sample, replies) if replies else None
         accuracy = rubric.accuracy if rubric is not None and rubric.accuracy is not None else chosen.accuracy

@@ -45,6 +45,11 @@ class RewardClient(ABC):
     def score(self, sample: SampleLike, response: str) -> RewardResult:
         return self.score_batch([(sample, response)])[0]
 
+    def builtin(self) -> RewardClient:
+        """The client of the problem types' own reward, without a mix's parts (itself, unless mixed):
+        what reads accuracy alone, e.g. the rollout's mix gate."""
+        return self
+
     def close(self) -> None:  # noqa: B027 - optional hook: only networked clients hold resources
         """Release connections (nothing to release in-process)."""
 

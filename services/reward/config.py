@@ -81,8 +81,10 @@ class JudgeRewardConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0)
     concurrency: int = Field(8, ge=1, le=1024, description="requests in flight at once")
     request_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="limit for one request")
-    retries: int = Field(3, ge=0, le=20, description="retries of a transport error or 429/5xx answer")
-    backoff_s: float = Field(0.5, ge=0.0, le=60.0, description="the first retry's wait; doubles each time")
+    # 5 retries from 1 s wait 31 s in all: a judge restarting between steps is waited for, one that stays
+    # down for a whole step fails the step (every item failed) rather than train on the builtin alone
+    retries: int = Field(5, ge=0, le=20, description="retries of a transport error or 429/5xx answer")
+    backoff_s: float = Field(1.0, ge=0.0, le=60.0, description="the first retry's wait; doubles each time")
     timeout_s: float = Field(
         300.0, gt=0.0, le=7200.0, description="limit for one item's verdict, retries included"
     )
@@ -174,6 +176,11 @@ class RewardConfig(ScoringOptions):
                 "choose another name"
             )
         return self
+
+    def builtin_only(self) -> RewardConfig:
+        """This config without the mix's functions and judge: the problem types' own reward, what the
+        rollout's mix gate reads (it needs accuracy only, and must not pay for or fail on the others)."""
+        return self.model_copy(update={"functions": [], "judge": None})
 
     def scoring_options(self) -> ScoringOptions:
         return ScoringOptions(**{name: getattr(self, name) for name in ScoringOptions.model_fields})

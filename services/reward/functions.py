@@ -29,8 +29,9 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,10 @@ _GRACE_S = 1.0
 
 class RewardFunctionError(RewardError):
     """A reward function cannot be loaded or used: the message names the function and the reason."""
+
+
+class _PluginExit(Exception):
+    """A plugin's SystemExit or KeyboardInterrupt carried out of its task as an ordinary exception."""
 
 
 class PluginRefused(RewardFunctionError):
@@ -162,21 +167,34 @@ class _LoopThread:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+    def _run(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:  # stopped (or left behind, blocked, and let go since): end what it still holds
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
 
-    async def arun(self, coro: Awaitable[Any]) -> Any:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))  # type: ignore[arg-type]
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        """Stop the loop as soon as it is free (the thread then closes it)."""
+        with contextlib.suppress(RuntimeError):  # already closed
+            self.loop.call_soon_threadsafe(self.loop.stop)
 
     def close(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
-        if not self.loop.is_running():
-            self.loop.close()
+        self.stop()
+        self._thread.join(timeout=5)
 
 
 class FunctionRunner:
@@ -201,7 +219,7 @@ class FunctionRunner:
         async with gate:
             try:
                 if self.is_async:
-                    returned = await asyncio.wait_for(self.fn(sample, response), self.timeout_s)
+                    returned = await asyncio.wait_for(self._guarded(sample, response), self.timeout_s)
                 else:
                     running = asyncio.get_running_loop().run_in_executor(
                         self._pool, self._limited, sample, response
@@ -209,34 +227,95 @@ class FunctionRunner:
                     returned = await asyncio.wait_for(running, self.timeout_s + _GRACE_S)
             except (TimeoutError, ItemTimeout):
                 return Outcome(error=f"reward function {self.name}: no result within {self.timeout_s:g} s")
-            except Exception as exc:
-                return Outcome(
-                    error=f"reward function {self.name} raised {type(exc).__name__}: {exc}",
-                    trace="".join(traceback.format_exception(exc)).rstrip(),
-                )
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the batch itself is being cancelled
+                return self._raised(asyncio.CancelledError())
+            except BaseException as exc:  # SystemExit or KeyboardInterrupt from a plugin: its item only
+                return self._raised(exc)
         try:
             value, extras = read_returned(returned)
         except ValueError as exc:
             return Outcome(error=f"reward function {self.name} {exc}")
         return Outcome(value, extras)
 
-    async def _batch(self, items: Sequence[tuple[Any, str]]) -> list[Outcome]:
+    async def _guarded(self, sample: Any, response: str) -> Any:
+        """The async function's call, its SystemExit or KeyboardInterrupt caught inside the task: a task
+        re-raises those two out of the event loop, which would end the loop thread."""
+        try:
+            return await self.fn(sample, response)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _PluginExit(exc) from exc
+
+    def _raised(self, exc: BaseException) -> Outcome:
+        if isinstance(exc, _PluginExit):
+            exc = exc.args[0]
+        return Outcome(
+            error=f"reward function {self.name} raised {type(exc).__name__}: {exc}",
+            trace="".join(traceback.format_exception(exc)).rstrip(),
+        )
+
+    async def _batch(self, items: Sequence[tuple[Any, str]], slots: list[Outcome | None]) -> None:
         gate = asyncio.Semaphore(self.concurrency)
-        return list(await asyncio.gather(*(self._call(gate, s, r) for s, r in items)))
+
+        async def one(index: int, sample: Any, response: str) -> None:
+            slots[index] = await self._call(gate, sample, response)
+
+        await asyncio.gather(*(one(i, s, r) for i, (s, r) in enumerate(items)))
+
+    def _deadline(self, n: int) -> float:
+        """How long a batch of ``n`` may take: every call its whole limit, ``concurrency`` at a time. Only
+        a function that blocks the loop itself (an async one calling time.sleep or spinning) reaches it:
+        every call has its own limit otherwise."""
+        return self.timeout_s * math.ceil(n / self.concurrency) + 2 * _GRACE_S
+
+    def _start(self, items: Sequence[tuple[Any, str]]) -> tuple[Future[Any], list[Outcome | None]]:
+        if not self._loop.alive():
+            self._loop = _LoopThread(f"reward-fn-{self.name}")
+        slots: list[Outcome | None] = [None] * len(items)
+        return self._loop.submit(self._batch(items, slots)), slots
+
+    def _collect(self, slots: list[Outcome | None], overran: bool) -> list[Outcome]:
+        """The outcomes; past the batch's deadline, the unfinished items fail and the blocked loop is left
+        behind (a daemon thread stuck in the function's code) for a fresh one."""
+        if overran:
+            self._loop.stop()  # runs once the function lets go, if ever
+            self._loop = _LoopThread(f"reward-fn-{self.name}")
+        blocked = Outcome(
+            error=f"reward function {self.name}: no result within {self.timeout_s:g} s (its calls blocked "
+            "their event loop: an async reward function must await, never block)"
+        )
+        return [slot if slot is not None else blocked for slot in slots]
 
     def run(self, items: Sequence[tuple[Any, str]]) -> list[Outcome]:
         """One outcome per ``(RewardSample, response)``, in order."""
-        return self._loop.run(self._batch(items)) if items else []
+        if not items:
+            return []
+        future, slots = self._start(items)
+        try:
+            future.result(timeout=self._deadline(len(items)))
+        except FutureTimeout:
+            future.cancel()
+            return self._collect(slots, overran=True)
+        return self._collect(slots, overran=False)
 
     async def arun(self, items: Sequence[tuple[Any, str]]) -> list[Outcome]:
-        return await self._loop.arun(self._batch(items)) if items else []
+        if not items:
+            return []
+        future, slots = self._start(items)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(future), self._deadline(len(items)))
+        except TimeoutError:
+            return self._collect(slots, overran=True)
+        return self._collect(slots, overran=False)
 
     def close(self) -> None:
         closing = getattr(self.fn, "aclose", None)  # a function holding connections (the judge's client)
-        if closing is not None and self._loop.loop.is_running():
+        if closing is not None and self._loop.alive():
             # closing connections must not hide why the run ended
             with contextlib.suppress(Exception):
-                self._loop.run(asyncio.wait_for(closing(), 5))
+                self._loop.submit(asyncio.wait_for(closing(), 5)).result(timeout=10)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._loop.close()

@@ -6,8 +6,9 @@ hosted API) through ``JudgeFunction``, which the reward mix calls like any rewar
 is unreachable, or answers something no verdict can be read from, fails that item alone, counted in
 ``reward/errors``, never a silent 0).
 
-The verdict is read by the reward library itself, as a multiple-choice answer over "A. Correct" and
-"B. Incorrect" (so "Incorrect" is never read as containing "Correct").
+The verdict is read strictly (``read_verdict``): one word, "Correct" or "Incorrect", with nothing around
+it but a few filler words; a negation, a qualifier or a second verdict is no verdict. The evaluator reads
+its judge's replies the same way (services/eval/benchmarks/base.py ``read_judge``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ JUDGE_PROMPT = (
     "whether the model response is correct.\n\nQuestion: {question}\nGround-truth answer: {answer}\n"
     "Model response: {response}\n\nDirectly output 'Correct' or 'Incorrect'."
 )
-JUDGE_OPTIONS = ("A. Correct", "B. Incorrect")
 VERDICTS = ("Correct", "Incorrect")
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -44,32 +44,26 @@ def judge_prompt(question: Any, answer: Any, response: str, template: str = JUDG
     return template.format(question=question, answer=answer, response=response.strip())
 
 
-def verdict_sample(sample_id: str) -> dict[str, Any]:
-    """How the reward library reads a judge's reply: "Correct" is option A, "Incorrect" option B."""
-    return {
-        "id": f"{sample_id}#judge",
-        "problem_type": "multiple choice",
-        "options": JUDGE_OPTIONS,
-        "answer": "A",
-    }
-
-
-_NEGATIONS = frozenset({"not", "no", "never", "isn", "wasn", "hardly", "neither", "nor"})
+# Words a judge may put around its one-word verdict ("The response is correct.", "Verdict: Incorrect").
+# Anything else (a negation, a qualifier, "correct answer would be…", a second verdict) is no verdict.
+_FILLER = frozenset({"the", "response", "model", "s", "is", "verdict", "judgment", "judgement", "final"})
 
 
 def read_verdict(reply: str) -> float | None:
-    """1.0 for a reply that says "Correct", 0.0 for "Incorrect", None for anything else: a reply naming
-    both ("Correct or Incorrect"), negating one ("not correct", "isn't correct"), or neither. Case,
-    punctuation and markdown do not matter; other words around the verdict ("The response is correct.")
-    are allowed."""
-    words = re.findall(r"[a-z]+", reply.lower())
-    said = {w for w in words if w in ("correct", "incorrect")}
-    if len(said) != 1 or _NEGATIONS.intersection(words):
-        return None
-    return 1.0 if said == {"correct"} else 0.0
+    """1.0 for a reply that says "Correct", 0.0 for "Incorrect", None for anything else. Case,
+    punctuation and markdown do not matter, nor the words of ``_FILLER`` around the verdict; every other
+    word makes the reply no verdict: "not correct", "doesn't seem correct", "partially correct",
+    "Correct or Incorrect", "Correct answer: X; the response is wrong"."""
+    words = [w for w in re.findall(r"[a-z]+", reply.lower()) if w not in _FILLER]
+    said = set(words)
+    if said == {"correct"}:
+        return 1.0
+    if said == {"incorrect"}:
+        return 0.0
+    return None
 
 
-_SCORE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?", re.I)
+_SCORE = re.compile(r"(?<![\w.\-−/])(\d+(?:\.\d+)?)\s*(?:(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?", re.I)
 
 
 def read_score(reply: str, top: float) -> float | None:

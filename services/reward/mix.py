@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from services.reward.client import HttpRewardClient, Item, RewardClient
@@ -153,9 +154,12 @@ class MixedRewardClient(RewardClient):
         return combine(builtin, parts, self.config.builtin_weight)
 
     def score_batch(self, items: Sequence[Item]) -> list[RewardResult]:
-        builtin = self.base.score_batch(items)
         ready, where, refused = self._validated(items)
-        ran = [scorer.run(ready) for scorer, _ in self.parts]
+        # the parts at once, beside the builtin in this thread: a step waits for the slowest, not the sum
+        with ThreadPoolExecutor(len(self.parts), thread_name_prefix="reward-mix") as pool:
+            running = [pool.submit(scorer.run, ready) for scorer, _ in self.parts]
+            builtin = self.base.score_batch(items)
+            ran = [future.result() for future in running]
         return self._mix(items, builtin, ran, where, refused)
 
     async def ascore_batch(self, items: Sequence[Item]) -> list[RewardResult]:
@@ -164,6 +168,9 @@ class MixedRewardClient(RewardClient):
             self.base.ascore_batch(items), *(scorer.arun(ready) for scorer, _ in self.parts)
         )
         return self._mix(items, builtin, ran, where, refused)
+
+    def builtin(self) -> RewardClient:
+        return self.base
 
     def problem_types(self) -> list[dict[str, Any]]:
         return self.base.problem_types()

@@ -568,13 +568,29 @@ def behaviour_logprobs_comparable(config: TrainConfig) -> bool:
 
 def confined_reward(reward: RewardConfig) -> RewardConfig:
     """A job's reward functions resolved inside the operator's ``REELRL_PLUGIN_ROOTS`` (a job runs code
-    on the server: only code the operator put there), or a ValueError naming the function."""
+    on the server: only code the operator put there), and its judge one of the operator's
+    ``REELRL_JUDGE_URLS`` with a token from one of ``REELRL_JUDGE_KEY_ENVS`` (a job must not make the
+    worker send answers, or a secret it holds, anywhere else); a ValueError naming the key otherwise."""
+    from services.common.settings import get_settings
+
+    settings = get_settings()
+    judge = reward.judge
+    if judge is not None:
+        if judge.url.rstrip("/") not in settings.judge_urls:
+            raise ValueError(
+                f"reward.judge.url={judge.url}: not a judge endpoint this service allows; the operator lists "
+                f"them in REELRL_JUDGE_URLS (now: {settings.judge_urls or 'unset, so a job may name none'})"
+            )
+        if judge.api_key_env is not None and judge.api_key_env not in settings.judge_key_envs:
+            raise ValueError(
+                f"reward.judge.api_key_env={judge.api_key_env}: not a variable a job may send to its judge; "
+                f"the operator lists them in REELRL_JUDGE_KEY_ENVS (now: {settings.judge_key_envs or 'unset'})"
+            )
     if not any(f.path for f in reward.functions):
         return reward
-    from services.common.settings import get_settings
     from services.reward.functions import confine
 
-    roots = get_settings().plugin_roots
+    roots = settings.plugin_roots
     functions = []
     for index, spec in enumerate(reward.functions):
         if spec.path is None:
@@ -626,7 +642,7 @@ class TrainJobConfig(TrainConfig):
             raise ValueError(f"trainer.output_dir={exc}") from None
         if self.trainer.resume not in ("auto", "none"):
             self.trainer.resume = inside(self.trainer.resume, "trainer.resume")
-        self.reward = confined_reward(self.reward)
+        self.reward = confined_reward(self.reward)  # reward functions and the judge: the operator's only
         from services.common.job_bounds import check_train_job_bounds
         from services.common.jobs import JobSettings
 

@@ -130,7 +130,9 @@ def score_groups(
         raise RewardStepError(f"step {step}: the reward service failed after its retries: {exc}") from exc
     errors = [r.error for r in results if r.error]
     for message in errors[:3]:
-        log.warning("step %d: an item could not be scored (reward 0): %s", step, message)
+        log.warning(
+            "step %d: an item, or a part of its reward mix, could not be scored (0): %s", step, message
+        )
     names = sorted({name for r in results for name in r.parts or {}})
     return Scored(
         overall=[r.overall for r in results],
@@ -379,7 +381,12 @@ class Trainer:
         from services.trainer.placement import start_fleet
 
         self.engine = start_fleet(
-            self.config, model_path, source=self.source, reward_client=self.reward_client, group=self.group
+            # the mix gate reads accuracy alone: a reward mix's functions and judge stay with the trainer
+            self.config,
+            model_path,
+            source=self.source,
+            reward_client=self.reward_client.builtin(),
+            group=self.group,
         )
 
     # ------------------------------------------------------------------ the loop -----------------------

@@ -207,7 +207,8 @@ def start_disaggregated(
 
     def start(index: int) -> Any:
         return RayRolloutEngine(
-            model_path, rollout, source=parts["source"], reward=config.reward, cpus=trainer.ray_cpus_rollout,
+            model_path, rollout, source=parts["source"], reward=config.reward.builtin_only(),
+            cpus=trainer.ray_cpus_rollout,
             gpus=trainer.ray_gpus_rollout, cpu_slot=(index, layout.engines) if spread else None,
             cpu_threads=threads,
         )  # fmt: skip

@@ -30,8 +30,9 @@ StepHook = Callable[[int, dict[str, float]], None]
 #: the columns of wandb's ``rollouts`` table: one row per response of the logged groups
 ROLLOUT_COLUMNS = (
     "step", "group", "sample_id", "problem_type", "prompt", "response", "overall", "accuracy", "format",
-    "advantage", "length", "offline",
+    "advantage", "length", "offline", "parts", "engine", "error",
 )  # fmt: skip
+_HEADLINE = ("overall", "accuracy", "format")
 
 
 def run_id_for(output_dir: Path) -> str:
@@ -67,9 +68,14 @@ def rollout_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
     for record in records:
         head = [record[k] for k in ("step", "group", "sample_id", "problem_type", "prompt")]
         for response in record["responses"]:
-            rewards = [response["reward"][k] for k in ("overall", "accuracy", "format")]
+            reward = response["reward"]
+            rewards = [reward[k] for k in _HEADLINE]
             tail = [response[k] for k in ("advantage", "length", "offline")]
-            rows.append([*head, response["text"], *rewards, *tail])
+            # a reward mix's other parts (builtin, each function, the judge) as one JSON cell
+            parts = json.dumps({k: v for k, v in sorted(reward.items()) if k not in _HEADLINE})
+            rows.append(
+                [*head, response["text"], *rewards, *tail, parts, response["engine"], response["error"]]
+            )
     return rows
 
 

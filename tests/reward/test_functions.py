@@ -7,6 +7,7 @@ import asyncio
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,94 @@ def test_a_call_past_its_limit_fails_that_item_alone(plugin: Path, name: str) ->
         runner.close()
     assert fast.error is None and fast.value == (0.5 if name == "spins" else 0.25)
     assert slow.error == f"reward function {name}: no result within 0.5 s"
+
+
+def test_a_plugin_raising_system_exit_or_cancelled_fails_its_item_and_the_runner_goes_on() -> None:
+    def exits(sample, response):
+        if response == "exit":
+            raise SystemExit(3)
+        if response == "interrupt":
+            raise KeyboardInterrupt
+        return 1.0
+
+    async def aexits(sample, response):
+        if response == "exit":
+            raise SystemExit(3)
+        if response == "cancelled":
+            raise asyncio.CancelledError
+        return 1.0
+
+    for fn, bad in ((exits, ["exit", "interrupt"]), (aexits, ["exit", "cancelled"])):
+        runner = FunctionRunner("exits", fn, timeout_s=5, concurrency=2)
+        try:
+            outcomes = runner.run([(None, "ok"), *((None, b) for b in bad)])
+            assert outcomes[0] == Outcome(1.0)
+            assert [o.error.split(":")[0] for o in outcomes[1:]] == [
+                f"reward function exits raised {name}"
+                for name in ("SystemExit", "KeyboardInterrupt" if fn is exits else "CancelledError")
+            ]
+            assert runner.run([(None, "again")]) == [Outcome(1.0)]  # the loop lives on
+        finally:
+            runner.close()
+
+
+def test_an_async_function_that_blocks_its_loop_is_stopped_at_the_batch_deadline() -> None:
+    """An async function calling time.sleep holds the loop where asyncio.wait_for cannot fire: the batch
+    ends at its deadline (the limit per wave of calls, plus grace), the unfinished items fail, and the
+    next batch runs on a fresh loop."""
+
+    async def blocks(sample, response):
+        if response == "block":
+            time.sleep(4)  # the mistake: blocking instead of awaiting
+        return 0.5
+
+    runner = FunctionRunner("blocks", blocks, timeout_s=0.5, concurrency=4)
+    try:
+        began = time.monotonic()
+        quick, blocked = runner.run([(None, "quick"), (None, "block")])
+        # the batch ended at its deadline (0.5 s + 2 s of grace), before the blocking call let go (4 s)
+        assert time.monotonic() - began < 3.9
+        assert "blocked their event loop" in blocked.error
+        assert quick.error is not None  # the loop it waited on was held: it cannot have finished
+        assert asyncio.run(runner.arun([(None, "fine")])) == [Outcome(0.5)]
+    finally:
+        runner.close()
+
+
+def test_the_gate_reads_the_builtin_reward_alone(plugin: Path) -> None:
+    """The rollout's mix gate reads accuracy: it gets the mix's builtin client, so a function failing on
+    one item cannot fail generation (the mixed result carries that item's error)."""
+    from services.rollout.config import RolloutConfig
+    from services.rollout.groups import gate_accuracies
+    from services.rollout.samples import RolloutResponse, RolloutSample
+
+    config = RewardConfig(functions=[{"name": "says_blue", "path": f"{plugin}:says_blue"}])
+    sample = RolloutSample(id="q1", prompt="?", offline_output="<answer>B</answer>", reward=MC)
+    generated = [
+        (
+            [1],
+            [
+                RolloutResponse(
+                    token_ids=[2],
+                    logprobs=[0.0],
+                    text=t,
+                    finish_reason="stop",
+                    weight_version=0,
+                    weight_versions=((0, 0),),
+                )
+                for t in ("<answer>B</answer>", "boom")
+            ],
+        )
+    ]
+    rollout = RolloutConfig(n=3, mix_policy=True, mix_accuracy_threshold=0.5)
+    with make_reward_client(config) as client:
+        assert client.builtin() is client.base and client.builtin().builtin() is client.base
+        assert gate_accuracies([sample], generated, rollout, client.builtin()) == [[1.0, 0.0]]
+        with pytest.raises(
+            ValueError, match="the mix gate cannot score it: reward function says_blue raised"
+        ):
+            gate_accuracies([sample], generated, rollout, client)
+    assert config.builtin_only().functions == [] and config.builtin_only().judge is None
 
 
 def test_the_weighted_mix_by_hand() -> None:

@@ -38,6 +38,10 @@ OTHER = {"id": "o2", "problem_type": "open-ended", "problem": "Which way?", "ans
         ("Correct or Incorrect", None), ("correct / incorrect", None), ("**Correct** (or Incorrect)", None),
         ("Not correct", None), ("The response is not correct.", None), ("isn't correct", None),
         ("not incorrect", None), ("A", None), ("", None), ("up isupangreen", None),
+        ("The response doesn't seem correct", None), ("It cannot be considered correct", None),
+        ("I can't say it's correct", None), ("Partially correct", None), ("Mostly correct.", None),
+        ("Correct answer would be 'running'; the response is wrong.", None), ("Correct answer", None),
+        ("Verdict: Incorrect", 0.0), ("**Final verdict:** Correct", 1.0), ("The model's response is correct", 1.0),
     ],
 )  # fmt: skip
 def test_a_verdict_is_one_word_neither_hedged_nor_negated(reply: str, verdict: float | None) -> None:
@@ -49,6 +53,7 @@ def test_a_verdict_is_one_word_neither_hedged_nor_negated(reply: str, verdict: f
     [
         ("7", 0.7), ("Score: 7/10", 0.7), ("8.5 out of 10", 0.85), ("10/10", 1.0), ("0", 0.0),
         ("7 or 8", None), ("7/10, maybe 8/10", None), ("11", None), ("7/5", None), ("", None), ("seven", None),
+        ("-3", None), ("−3/10", None),
     ],
 )  # fmt: skip
 def test_a_grade_is_one_number_within_the_scale(reply: str, score: float | None) -> None:
@@ -64,6 +69,48 @@ def test_the_prompt_fills_the_template_and_the_config_checks_it() -> None:
         RewardConfig(judge={**base, "template": "{question} {answer}"})
     with pytest.raises(ValueError, match=r"shadow|more than once"):
         RewardConfig(judge={**base, "name": "brevity"}, functions=[{"name": "brevity", "path": "x.py:f"}])
+
+
+def test_an_api_job_may_ask_only_the_operators_judges_with_the_operators_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job must not make the worker send answers (or a secret it holds, as a bearer token) anywhere."""
+    from services.common.settings import reset_settings_cache
+    from services.trainer.config import TrainConfig, TrainJobConfig
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    judge = {"url": "http://127.0.0.1:8000/v1/", "model": "judge"}
+    job = {
+        "data": {"train_files": ["d/t.jsonl"]}, "actor": {"model_path": "m"}, "trainer": {"output_dir": "runs/a"},
+        "reward": {"judge": judge},
+    }  # fmt: skip
+    stolen = {**job, "reward": {"judge": {**judge, "api_key_env": "REELRL_DATABASE_URL"}}}
+    monkeypatch.setenv("REELRL_DATA_ROOTS", str(tmp_path))
+    for var in ("REELRL_JUDGE_URLS", "REELRL_JUDGE_KEY_ENVS"):
+        monkeypatch.delenv(var, raising=False)
+    reset_settings_cache()
+    try:
+        with pytest.raises(ValueError, match=r"reward.judge.url=.*REELRL_JUDGE_URLS \(now: unset"):
+            TrainJobConfig.model_validate(job)
+        monkeypatch.setenv("REELRL_JUDGE_URLS", "http://127.0.0.1:8000/v1, http://judge.internal/v1")
+        reset_settings_cache()
+        assert TrainJobConfig.model_validate(job).reward.judge.url == judge["url"]
+        with pytest.raises(ValueError, match=r"reward.judge.url=http://attacker"):
+            TrainJobConfig.model_validate(
+                {**job, "reward": {"judge": {**judge, "url": "http://attacker/v1"}}}
+            )
+        with pytest.raises(ValueError, match="api_key_env=REELRL_DATABASE_URL: not a variable"):
+            TrainJobConfig.model_validate(stolen)
+        monkeypatch.setenv("REELRL_JUDGE_KEY_ENVS", "JUDGE_TOKEN")
+        reset_settings_cache()
+        with pytest.raises(ValueError, match="api_key_env=REELRL_DATABASE_URL"):
+            TrainJobConfig.model_validate(stolen)
+        allowed = {**job, "reward": {"judge": {**judge, "api_key_env": "JUDGE_TOKEN"}}}
+        assert TrainJobConfig.model_validate(allowed).reward.judge.api_key_env == "JUDGE_TOKEN"
+        assert TrainConfig.model_validate(stolen).reward.judge  # the CLI on one's own machine: any
+    finally:
+        reset_settings_cache()
 
 
 class Scripted(BaseHTTPRequestHandler):

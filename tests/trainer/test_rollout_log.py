@@ -295,6 +295,7 @@ def test_wandb_gets_a_rollouts_table_on_each_logged_step_once_across_a_resume(
         assert len(table["data"]) == 5  # 3 + 2 responses of the first two groups
         assert table["data"][0] == [
             step, 0, "vid", "multiple choice", "Which colour? A. red B. blue", text, 1.0, 1.0, 1.0, 2.0, 3, False,
+            '{"brevity": 0.5, "builtin": 1.0}', 1, None,
         ]  # fmt: skip
         assert table["data"][4][:6] == [step, 1, "img", "spatial grounding", "Where is the cup?", "?"]
         assert table["data"][4][9] is None  # a non-finite advantage

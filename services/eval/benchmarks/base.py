@@ -24,7 +24,8 @@ from services.eval.benchmarks.errors import BenchmarkError
 from services.eval.benchmarks.options import render
 from services.eval.benchmarks.results import ItemResult, Summary
 from services.reward import render_prompt, template_version
-from services.reward.judge import judge_prompt, verdict_sample
+from services.reward.judge import judge_prompt, read_verdict
+from services.reward.result import RewardResult
 
 
 class JudgeQuestion(NamedTuple):
@@ -215,9 +216,16 @@ class Benchmark:
         """What the judge model is asked about one response (VideoReasonBench's official judge wording)."""
         return judge_prompt(sample.problem, sample.answer, response)
 
-    def judge_reward_sample(self, sample: Sample) -> dict[str, Any]:
-        """How the reward library reads the judge's reply: "Correct" is option A, "Incorrect" option B."""
-        return verdict_sample(sample.id)
+    def read_judge(self, sample: Sample, reply: str) -> RewardResult:
+        """The judge's verdict on one answer, read strictly as training reads it (services/reward/judge.py
+        ``read_verdict``): "Correct" 1, "Incorrect" 0; a hedged, negated or qualified reply reads nothing
+        and scores 0."""
+        verdict = read_verdict(reply)
+        extracted = None if verdict is None else ("Correct" if verdict else "Incorrect")
+        return RewardResult(
+            overall=verdict or 0.0, accuracy=verdict or 0.0, format=float(verdict is not None),
+            extracted=extracted, problem_type="judge verdict",
+        )  # fmt: skip
 
     def rubric_questions(self, sample: Sample, response: str) -> dict[str, JudgeQuestion]:
         """Named judge questions grading ``response`` on the benchmark's own rubric (MLVU's generation

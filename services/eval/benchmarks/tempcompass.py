@@ -28,6 +28,7 @@ from services.eval.benchmarks.files import read_json, read_rows, require
 from services.eval.benchmarks.options import split_embedded
 from services.eval.benchmarks.registry import register
 from services.eval.benchmarks.results import ItemResult, Summary
+from services.reward import RewardResult, score_items
 
 FORMATS = ("multi-choice", "yes_no", "caption_matching", "captioning")
 _CAPTION_LINE = re.compile(r"^\s*(?:Caption|Option|Sentence)\s+([A-Z0-9]+)\s*:\s*(.+?)\s*$", re.I)
@@ -181,9 +182,10 @@ class TempCompass(Benchmark):
             "Answer with the option's letter from the given choices directly."
         )
 
-    def judge_reward_sample(self, sample: Sample) -> dict[str, Any]:
-        """The judge's reply answers the sample's own multiple-choice question."""
-        return {**self.prompt_view(sample), "id": f"{sample.id}#judge", "answer": sample.answer}
+    def read_judge(self, sample: Sample, reply: str) -> RewardResult:
+        """The judge's reply answers the sample's own multiple-choice question, read as any answer is."""
+        view = {**self.prompt_view(sample), "id": f"{sample.id}#judge", "answer": sample.answer}
+        return score_items([(view, reply)])[0]
 
     def aggregate(self, samples: Sequence[Sample], results: Mapping[str, ItemResult]) -> Summary:
         return accuracy_summary(
