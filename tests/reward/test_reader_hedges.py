@@ -209,3 +209,18 @@ def test_a_reference_with_two_different_code_blocks_is_an_invalid_sample():
     sample = {**CODE, "answer": f"{_fence(EMPTY_SVG)}\n{_fence(SVG)}", "id": "c1"}
     with pytest.raises(InvalidSample, match=r"c1.*several different code blocks"):
         score(sample, f"<answer>{_fence(SVG)}</answer>")
+
+
+@pytest.mark.parametrize(
+    "hedge",
+    [
+        "between 10 and 20 seconds, or 30 and 40 seconds",
+        "from 10 to 20 s or else 30 to 40 s",
+        "10 - 20 seconds, or maybe 30 and 40",
+    ],
+)
+def test_a_second_interval_after_or_in_a_shortened_form_is_a_hedge(hedge):
+    # found by review: the elliptical second interval ("30 and 40") matched no interval pattern alone
+    sample = {"problem_type": "temporal grounding", "answer": {"time": [10, 20]}}
+    assert score(sample, f"<answer>{hedge}</answer>").accuracy == 0.0
+    assert score(sample, "<answer>between 10 and 20 seconds</answer>").accuracy == 1.0

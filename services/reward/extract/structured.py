@@ -67,6 +67,12 @@ _INTERVAL_PATTERNS = (
     ),
     re.compile(rf"(?<![\w.:])(?P<s>{_TIME}){_UNIT}\s*(?:-|–|~|to|until)\s*(?P<e>{_TIME}){_UNIT}", re.I),
     re.compile(rf"[\[(]\s*(?P<s>{_NUM}){_UNIT}\s*,\s*(?P<e>{_NUM}){_UNIT}\s*[\])]", re.I),
+    # a second interval after "or" in a shortened form no pattern above reads ("between 10 and 20
+    # seconds, or 30 and 40 seconds"): read, so that a different one makes the answer a hedge
+    re.compile(
+        rf"\bor\b[^\d\n]{{0,20}}?(?<![\w.:])(?P<s>{_TIME}){_UNIT}\s*(?:and|to|-|–|~|until)\s*(?P<e>{_TIME}){_UNIT}",
+        re.I,
+    ),
 )
 # A time offered two ways ("from 10 to 20 or 30 seconds", "10 or 12 - 20 s", "00:20/00:30"): a hedge.
 _ALTERNATIVE_TIMES = re.compile(rf"(?<![\w.:]){_TIME}{_UNIT}\s*(?:\bor\b|/)\s*{_TIME}", re.I)
