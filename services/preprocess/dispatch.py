@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -254,6 +255,31 @@ def _count(report: PreprocessReport, found: dict[str, Requested], state: dict) -
             report.clip_failures += 1
 
 
+def broker_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is the broker being away rather than a fault of ours: kombu's and the OS's
+    connection errors, and the AttributeError kombu's Redis transport raises from a channel a broker
+    restart closed under it (``_connparams``: 'NoneType' object has no attribute 'client'; kombu
+    issues #83, #582, #659 are the same race)."""
+    if isinstance(exc, KombuError | OSError):
+        return True
+    if isinstance(exc, AttributeError):
+        frames = traceback.extract_tb(exc.__traceback__)
+        return bool(frames) and any(
+            f"{os.sep}{lib}{os.sep}" in frames[-1].filename for lib in ("kombu", "redis")
+        )
+    return False
+
+
+def _send_clip(celery, key: str, fresh: bool) -> None:
+    """Queue one clip; ``fresh``: on a connection of its own, not the pool's (after a broker fault the
+    pooled one may hold a dead channel)."""
+    if not fresh:
+        celery.send_task(CLIP_TASK, args=[key], queue=queue_for(CLIP_TASK))
+        return
+    with celery.connection_for_write() as connection:
+        celery.send_task(CLIP_TASK, args=[key], queue=queue_for(CLIP_TASK), connection=connection)
+
+
 def _wait_all(celery, keys, workers, settings, timeout_s, progress):
     """Queue the clips and poll the index until every clip is ready or failed.
 
@@ -264,7 +290,7 @@ def _wait_all(celery, keys, workers, settings, timeout_s, progress):
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     sent: dict[str, float] = {}
-    broker_away = False
+    broker_away = fresh = False
     last_change, last_snapshot = time.monotonic(), None
     with session_scope() as session:
         state = statuses(session, keys)
@@ -293,8 +319,11 @@ def _wait_all(celery, keys, workers, settings, timeout_s, progress):
                 lost = status == ClipStatus.queued and (key not in sent or idle)
                 if orphaned or lost:
                     try:
-                        celery.send_task(CLIP_TASK, args=[key], queue=queue_for(CLIP_TASK))
-                    except (KombuError, OSError) as exc:
+                        _send_clip(celery, key, fresh=fresh)
+                    except Exception as exc:
+                        if not broker_fault(exc):
+                            raise
+                        fresh = True  # the pooled connection may hold a channel the restart closed
                         # the broker is away (restarting): the clip stays unsent and is tried again on
                         # the next pass; only the run's timeout ends the wait
                         if not broker_away:
