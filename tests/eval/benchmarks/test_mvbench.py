@@ -46,6 +46,14 @@ def test_mean_over_tasks(tmp_path, evaluate):
     assert out.summary.unreadable == 2
 
 
+# VideoChat2's MVBench instruction (OpenGVLab/Ask-Anything video_chat2/mvbench.ipynb)
+INSTRUCTION = (
+    "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
+    "movement of objects, and the action and pose of persons. Based on your observations, select the "
+    "best option that accurately addresses the question."
+)
+
+
 def test_prompt_and_system_follow_videochat2(tmp_path):
     write_json(tmp_path / "json" / "action_sequence.json", SEQUENCE[1:])
     bench = get_benchmark("mvbench")
@@ -53,14 +61,9 @@ def test_prompt_and_system_follow_videochat2(tmp_path):
     # OpenGVLab/Ask-Anything video_chat2/mvbench.ipynb: every revision calls infer_mvbench with
     # system_llm=True, which puts the instruction in the conversation's system text AND in front of the
     # question in the user turn (prompt = system + question + question_prompt). Both are kept here.
-    instruction = (
-        "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
-        "movement of objects, and the action and pose of persons. Based on your observations, select the "
-        "best option that accurately addresses the question."
-    )
-    assert bench.system_prompt(sample) == instruction
+    assert bench.system_prompt(sample) == INSTRUCTION
     assert bench.prompt(sample, "qwen2_5_vl") == (
-        instruction + "\nQuestion: What did the person do first?\nOptions:\n(A) Opened the door.\n"
+        INSTRUCTION + "\nQuestion: What did the person do first?\nOptions:\n(A) Opened the door.\n"
         "(B) Sat on the bed.\nOnly give the best option."
     )
     assert bench.assistant_prefix(sample) == "Best option:("
@@ -78,15 +81,10 @@ def test_the_notebooks_llm_input_is_rebuilt_from_the_adapters_turns(tmp_path):
     write_json(tmp_path / "json" / "action_sequence.json", SEQUENCE[1:])
     bench = get_benchmark("mvbench")
     (sample,) = bench.load(bench.find_annotations(tmp_path))
-    instruction = (
-        "Carefully watch the video and pay attention to the cause and sequence of events, the detail and "
-        "movement of objects, and the action and pose of persons. Based on your observations, select the "
-        "best option that accurately addresses the question."
-    )
     notebook = (
-        instruction + "\n###"
+        INSTRUCTION + "\n###"
         "Human: <Video><VideoHere></Video>\n###"
-        "Human: " + instruction + "\nQuestion: What did the person do first?\nOptions:\n"
+        "Human: " + INSTRUCTION + "\nQuestion: What did the person do first?\nOptions:\n"
         "(A) Opened the door.\n(B) Sat on the bed.\nOnly give the best option.\n###"
         "Assistant: Best option:("
     )
