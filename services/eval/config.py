@@ -26,7 +26,7 @@ from pydantic import (
 
 from services.common.trackers import MlflowConfig, TrackerName, WandbConfig
 from services.eval.benchmarks import BenchmarkError, benchmark_names
-from services.reward.config import RewardConfig, RewardFunctionConfig
+from services.reward.config import RewardConfig, RewardFunctionConfig, repeated
 from services.reward.functions import parse_target
 from services.rollout.config import EngineConfig, RolloutConfig
 
@@ -142,11 +142,10 @@ class EvalConfig(BaseModel):
                 parse_target(spec.path)  # a malformed target is refused now, not after the clips are made
             except ValueError as exc:
                 raise ValueError(f"reward_functions[{index}] ({spec.name}): {exc}") from None
-        names = [spec.name for spec in value]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
+        taken = repeated([spec.name for spec in value])
+        if taken:
             raise ValueError(
-                f"reward_functions: the names {repeated} are used more than once (each is a metric)"
+                f"reward_functions: the names {taken} are used more than once (each is a metric)"
             )
         return value
 
@@ -306,16 +305,9 @@ class EvalJobConfig(EvalConfig):
         if not value:
             return value
         from services.common.settings import get_settings
-        from services.reward.functions import confine
+        from services.reward.functions import confine_all
 
-        roots = get_settings().plugin_roots
-        confined = []
-        for index, spec in enumerate(value):
-            try:
-                confined.append(spec.model_copy(update={"path": confine(spec.path or "", roots)}))
-            except ValueError as exc:
-                raise ValueError(f"reward_functions[{index}] ({spec.name}): {exc}") from None
-        return confined
+        return confine_all(value, get_settings().plugin_roots, "reward_functions")
 
     @field_validator("bench")
     @classmethod

@@ -46,8 +46,7 @@ def item_details(outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
         if outcome.error is not None:
             errors[name] = outcome.error
             continue
-        scores[name] = outcome.value
-        scores.update({f"{name}/{key}": value for key, value in outcome.extras.items()})
+        scores.update(outcome.parts(name))
     details: dict[str, Any] = {}
     if scores:
         details["reward_functions"] = scores

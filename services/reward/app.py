@@ -24,14 +24,14 @@ from typing_extensions import TypedDict
 from services.common.body_limit import BodyLimitMiddleware
 from services.reward import types as _types  # noqa: F401 - registers every problem type
 from services.reward.config import RewardConfig, RewardFunctionConfig, ScoringOptions
-from services.reward.errors import InvalidSample
 from services.reward.functions import FunctionRunner, Outcome, load_function
 from services.reward.metrics.mathcheck import get_math_checker
 from services.reward.metrics_prom import RewardMetrics
+from services.reward.mix import callable_items
 from services.reward.registry import describe_types
 from services.reward.result import RewardResult
 from services.reward.sample import BoundedAnswer, BoundedName, BoundedOptions
-from services.reward.scoring import as_sample, score_items
+from services.reward.scoring import score_items
 from services.reward.settings import RewardServiceSettings
 from services.reward.strictjson import refuse_non_finite, validation_error_handler
 
@@ -118,8 +118,7 @@ def function_result(name: str, outcome: Outcome) -> RewardResult:
     """A reward function's outcome as an item's result: its score as ``overall``, in ``parts`` by name."""
     if outcome.error is not None:
         return RewardResult.failed(outcome.error)
-    parts = {name: outcome.value, **{f"{name}/{k}": v for k, v in outcome.extras.items()}}
-    return RewardResult(overall=outcome.value, accuracy=0.0, format=0.0, parts=parts)
+    return RewardResult(overall=outcome.value, accuracy=0.0, format=0.0, parts=outcome.parts(name))
 
 
 def load_served_functions(settings: RewardServiceSettings) -> dict[str, FunctionRunner]:
@@ -167,15 +166,12 @@ def create_app(settings: RewardServiceSettings | None = None) -> FastAPI:
         served_now = [(n, i) for n, i in asked.items() if n in functions]
 
         async def run(name: str, indices: list[int]) -> None:
-            pairs = []
-            for index in indices:
-                try:
-                    pairs.append((as_sample(dict(body.items[index].sample)), body.items[index].response))
-                except InvalidSample as exc:
-                    results[index] = RewardResult.failed(str(exc))
-            ready = [i for i in indices if i not in results]
-            for index, outcome in zip(ready, await functions[name].arun(pairs), strict=True):
-                results[index] = function_result(name, outcome)
+            items = [(dict(body.items[i].sample), body.items[i].response) for i in indices]
+            ready, where, refused = callable_items(items)
+            for j, why in refused.items():
+                results[indices[j]] = RewardResult.failed(why)
+            for j, outcome in zip(where, await functions[name].arun(ready), strict=True):
+                results[indices[j]] = function_result(name, outcome)
 
         async with anyio.create_task_group() as group:
             for name, indices in served_now:

@@ -41,6 +41,11 @@ class ScoringOptions(BaseModel):
         return self
 
 
+def repeated(names: list[str]) -> list[str]:
+    """The names given more than once, sorted (each reward part is a metric: two would share it)."""
+    return sorted({name for name in names if names.count(name) > 1})
+
+
 class RewardFunctionConfig(BaseModel):
     """One reward function in the mix (services/reward/functions.py)."""
 
@@ -158,7 +163,7 @@ class RewardConfig(ScoringOptions):
     @model_validator(mode="after")
     def _distinct_function_names(self) -> RewardConfig:
         names = [f.name for f in self.functions] + ([self.judge.name] if self.judge else [])
-        taken = sorted({n for n in names if names.count(n) > 1})
+        taken = repeated(names)
         if taken:
             raise ValueError(
                 f"reward.functions: the names {taken} are used more than once (each is a metric)"

@@ -67,6 +67,10 @@ class Outcome:
     error: str | None = None  # one line: what an item's result and the logs show
     trace: str | None = None  # the traceback of a raise: what a batch that failed throughout is raised with
 
+    def parts(self, name: str) -> dict[str, float]:
+        """The outcome as named parts of function ``name``: its score, and each extra as ``name/key``."""
+        return {name: self.value, **{f"{name}/{key}": value for key, value in self.extras.items()}}
+
 
 def parse_target(target: str) -> tuple[str, str]:
     """``"rewards/my.py:score"`` → ``("rewards/my.py", "score")``; a clear error for anything else."""
@@ -99,6 +103,22 @@ def confine(target: str, roots: Sequence[Path]) -> str:
         f"reward function {target!r}: {file} is not a file inside the plugin roots "
         f"{[str(r) for r in resolved_roots]} (paths are resolved, '..' and symlinks included, before the check)"
     )
+
+
+def confine_all(specs: Sequence[Any], roots: Sequence[Path], key: str) -> list[Any]:
+    """Each function config (``name``, ``path``) with its path confined (``confine``) and stored resolved;
+    one without a path (a function the reward service serves by name) as it is. A ValueError naming
+    ``key[index] (name)``."""
+    confined = []
+    for index, spec in enumerate(specs):
+        if spec.path is None:
+            confined.append(spec)
+            continue
+        try:
+            confined.append(spec.model_copy(update={"path": confine(spec.path, roots)}))
+        except ValueError as exc:
+            raise ValueError(f"{key}[{index}] ({spec.name}): {exc}") from None
+    return confined
 
 
 def load_function(target: str) -> Callable[..., Any]:

@@ -68,6 +68,29 @@ class RemoteFunction:
         """The HTTP client is the mix's base client, closed with it."""
 
 
+def callable_items(items: Sequence[Item]) -> tuple[list[tuple[Any, str]], list[int], dict[int, str]]:
+    """The items a reward function can be called on (their samples validated, once per sample object),
+    their indices, and why each other item cannot be."""
+    samples: dict[int, Any] = {}
+    ready, where, refused = [], [], {}
+    for index, (sample, response) in enumerate(items):
+        key = id(sample)
+        if key not in samples:
+            try:
+                samples[key] = as_sample(sample)
+            except InvalidSample as exc:
+                samples[key] = exc
+        checked = samples[key]
+        if isinstance(checked, InvalidSample):
+            refused[index] = f"reward functions not called: {checked}"
+        elif not isinstance(response, str):
+            refused[index] = f"reward functions not called: the response is a {type(response).__name__}"
+        else:
+            ready.append((checked, response))
+            where.append(index)
+    return ready, where, refused
+
+
 def combine(
     builtin: Sequence[RewardResult],
     parts: Sequence[tuple[str, float, Sequence[Outcome]]],
@@ -87,8 +110,7 @@ def combine(
                 values[name] = 0.0
                 continue
             overall += weight * outcome.value
-            values[name] = outcome.value
-            values.update({f"{name}/{key}": value for key, value in outcome.extras.items()})
+            values.update(outcome.parts(name))
         mixed.append(
             base.model_copy(update={"overall": overall, "parts": values, "error": "; ".join(errors) or None})
         )
@@ -115,29 +137,6 @@ class MixedRewardClient(RewardClient):
         self.config = config
         self.parts = list(parts)
 
-    @staticmethod
-    def _validated(items: Sequence[Item]) -> tuple[list[tuple[Any, str]], list[int], dict[int, str]]:
-        """The items a function can be called on (samples validated once per object), their indices, and
-        why each other item cannot."""
-        samples: dict[int, Any] = {}
-        ready, where, refused = [], [], {}
-        for index, (sample, response) in enumerate(items):
-            key = id(sample)
-            if key not in samples:
-                try:
-                    samples[key] = as_sample(sample)
-                except InvalidSample as exc:
-                    samples[key] = exc
-            checked = samples[key]
-            if isinstance(checked, InvalidSample):
-                refused[index] = f"reward functions not called: {checked}"
-            elif not isinstance(response, str):
-                refused[index] = f"reward functions not called: the response is a {type(response).__name__}"
-            else:
-                ready.append((checked, response))
-                where.append(index)
-        return ready, where, refused
-
     def _spread(
         self, n: int, outcomes: Sequence[Outcome], where: Sequence[int], refused: dict[int, str]
     ) -> list[Outcome]:
@@ -154,7 +153,7 @@ class MixedRewardClient(RewardClient):
         return combine(builtin, parts, self.config.builtin_weight)
 
     def score_batch(self, items: Sequence[Item]) -> list[RewardResult]:
-        ready, where, refused = self._validated(items)
+        ready, where, refused = callable_items(items)
         # the parts at once, beside the builtin in this thread: a step waits for the slowest, not the sum
         with ThreadPoolExecutor(len(self.parts), thread_name_prefix="reward-mix") as pool:
             running = [pool.submit(scorer.run, ready) for scorer, _ in self.parts]
@@ -163,7 +162,7 @@ class MixedRewardClient(RewardClient):
         return self._mix(items, builtin, ran, where, refused)
 
     async def ascore_batch(self, items: Sequence[Item]) -> list[RewardResult]:
-        ready, where, refused = self._validated(items)
+        ready, where, refused = callable_items(items)
         builtin, *ran = await asyncio.gather(
             self.base.ascore_batch(items), *(scorer.arun(ready) for scorer, _ in self.parts)
         )

@@ -588,18 +588,9 @@ def confined_reward(reward: RewardConfig) -> RewardConfig:
             )
     if not any(f.path for f in reward.functions):
         return reward
-    from services.reward.functions import confine
+    from services.reward.functions import confine_all
 
-    roots = settings.plugin_roots
-    functions = []
-    for index, spec in enumerate(reward.functions):
-        if spec.path is None:
-            functions.append(spec)
-            continue
-        try:
-            functions.append(spec.model_copy(update={"path": confine(spec.path, roots)}))
-        except ValueError as exc:
-            raise ValueError(f"reward.functions[{index}] ({spec.name}): {exc}") from None
+    functions = confine_all(reward.functions, settings.plugin_roots, "reward.functions")
     return reward.model_copy(update={"functions": functions})
 
 

@@ -92,11 +92,15 @@ class Scored:
     overall: list[float]
     accuracy: list[float]
     format: list[float]
-    errors: int = 0
     # the named parts of a reward mix (``reward.functions``): name -> one value per response
     parts: dict[str, list[float]] = field(default_factory=dict)
     # per response, why the reward library could not score it (None: scored)
     item_errors: list[str | None] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        """Responses the reward library could not score (wholly, or a part of their mix)."""
+        return sum(error is not None for error in self.item_errors)
 
 
 @dataclass
@@ -128,8 +132,8 @@ def score_groups(
         results: list[RewardResult] = client.score_batch(items)
     except (RewardServiceError, OSError) as exc:
         raise RewardStepError(f"step {step}: the reward service failed after its retries: {exc}") from exc
-    errors = [r.error for r in results if r.error]
-    for message in errors[:3]:
+    item_errors = [r.error for r in results]
+    for message in [e for e in item_errors if e][:3]:
         log.warning(
             "step %d: an item, or a part of its reward mix, could not be scored (0): %s", step, message
         )
@@ -138,10 +142,9 @@ def score_groups(
         overall=[r.overall for r in results],
         accuracy=[r.accuracy for r in results],
         format=[r.format for r in results],
-        errors=len(errors),
         # a part missing from an item (it failed before that part was scored) counts 0, as in its overall
         parts={name: [(r.parts or {}).get(name, 0.0) for r in results] for name in names},
-        item_errors=[r.error for r in results],
+        item_errors=item_errors,
     )
 
 

@@ -83,13 +83,13 @@ def _batch() -> tuple[list[TrainSample], list[RolloutGroup], Scored, list[torch.
         overall=[1.0, 0.0, 0.9, 0.25, 0.0, 1.0, 0.0],
         accuracy=[1.0, 0.0, 1.0, 0.5, 0.0, 1.0, 0.0],
         format=[1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0],
-        errors=1,
         parts={
             "builtin": [1.0, 0.0, 0.9, 0.3, 0.0, 1.0, 0.0],
             "brevity": [0.5, 1.0, 0.5, 0.5, 0.0, 1.0, 1.0],
         },
         item_errors=[None, None, None, None, "no box in the answer", None, None],
     )
+    assert scored.errors == 1  # counted from item_errors
     advantages = [
         torch.tensor([1.0, 2.0, 3.0]),  # mean 2
         torch.tensor([-1.5]),
