@@ -363,12 +363,18 @@ def make_tiny_model(
         "tiny",
         help="tiny, or real / a named size (7b, 8b, 9b): random bf16 weights at a real checkpoint's size.",
     ),
+    tied: bool | None = typer.Option(
+        None,
+        "--tied/--untied",
+        help="LM head tied to the input embeddings or not (default: as the size's public checkpoint, "
+        "e.g. qwen2_5_vl 3b tied; tiny and the 7-9B sizes untied).",
+    ),
 ) -> None:
     """Build a tiny random-weight Qwen-VL checkpoint that transformers and vLLM load offline."""
     from services.common.tiny_models.cli import make_tiny_model_command
 
     raise typer.Exit(
-        make_tiny_model_command(family, out, seed=seed, real_tokenizer=real_tokenizer, size=size)
+        make_tiny_model_command(family, out, seed=seed, real_tokenizer=real_tokenizer, size=size, tied=tied)
     )
 
 

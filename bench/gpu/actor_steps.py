@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         for key, value in shares(counts, total).items():
             add(key, value)
 
-        state = actor.model.state_dict()
+        state = actor.push_state()  # what a push carries (a tied head once, under the embeddings' name)
         entries = manifest(state, push)
         stream = lambda st=state, e=entries: drain(  # noqa: E731
             group_stream(((n, full(t)) for n, t in st.items()), e, args.bucket_mb, device)

@@ -4,10 +4,13 @@ tokens/s, sleep, wake and weight-sync seconds, peak device memory. Run by bench/
 
 Each step: generate a batch of text prompts (greedy, fixed length), one policy-gradient-shaped update of
 the FSDP2 actor on the generated responses (token-mean NLL, AdamW), then the new weights into the
-engine. Colocated: the engine is a ``ColocatedShard`` in this process (sleep level 1 before the update,
-``wake_up(["weights"])``, bucketed load from the FSDP parameters, ``wake_up(["kv_cache"])``). Driver: a
-``RolloutEngine`` (its own processes, the same device) and a full state-dict push. This is the cycle
-of the training loop, not the loop itself (no videos, no reward service).
+engine. Colocated: the engine is a ``ColocatedRolloutEngine`` in this process, driven by the loop's own
+cycle (``hand_back`` at sleep level 2, then ``take_back``: the optimizer parked, the weights woken, the
+bucketed load from the FSDP parameters, the actor parked, the KV cache woken), with the actor's
+weights and moments in host memory while the engine generates; the device memory in use after each
+phase is printed and recorded (``gpu_colocated_memory_after_<phase>_gib``). Driver: a ``RolloutEngine``
+(its own processes, the same device) and a full state-dict push. This is the cycle of the training
+loop, not the loop itself (no videos, no reward service).
 """
 
 from __future__ import annotations
@@ -61,13 +64,26 @@ def peak_gib() -> float:
     return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
 
 
+def device_used_gib() -> float:
+    """The device memory in use by anyone (this process's PyTorch, vLLM's sleep-mode pool, other
+    processes): what a phase of the cycle left for the next. 0 on the CPU (host and device are one)."""
+    if not torch.cuda.is_available():
+        return 0.0
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+
 def run(
     mode: str, model: str, steps: int, max_tokens: int, bucket_mb: float, dry_run: bool
 ) -> dict[str, float]:
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForImageTextToText
 
+    from services.rollout.colocated import HAND_BACK, TAKE_BACK, ColocatedRolloutEngine
     from services.rollout.config import EngineConfig, RolloutConfig
+    from services.rollout.sources import RealtimeSource
+    from services.trainer.offload import HostCopies, optimizer_tensors, own_storage
     from services.trainer.weight_buckets import weight_buckets
 
     dtype = torch.float32 if dry_run else torch.bfloat16
@@ -80,26 +96,45 @@ def run(
     config = RolloutConfig(n=1, engine=engine)
     actor = AutoModelForImageTextToText.from_pretrained(model, dtype=dtype).to(device)
     actor = fully_shard(actor)
+    own_storage(actor)  # parkable (from_pretrained maps the file on the CPU)
     optimizer = torch.optim.AdamW(actor.parameters(), lr=1e-6)
     vocab = actor.config.get_text_config().vocab_size
     figures: dict[str, list[float]] = {
         k: [] for k in ("tokens_per_s", "update_s", "sleep_s", "wake_s", "sync_s", "step_s")
     }
-    if mode == "colocated":
-        from services.rollout.colocated import ColocatedShard
+    weights_home, moments_home = HostCopies(), HostCopies()  # the actor's, while the engine generates
+    phases: dict[str, list[float]] = {p: [] for p in (*HAND_BACK, *TAKE_BACK)}
+    stamps: dict[str, float] = {}  # when each phase of the current step ended
 
-        shard = ColocatedShard(model, config)
-        llm = shard.llm
+    def observe(phase: str) -> None:
+        stamps[phase] = time.perf_counter()
+        used = device_used_gib()
+        phases[phase].append(used)
+        print(f"[colocated] after {phase}: {used:.2f} GiB of device memory in use", flush=True)
+
+    def park_optimizer() -> None:
+        moments_home.park([*optimizer_tensors(optimizer), *(p.grad for p in actor.parameters())])
+        weights_home.restore()
+
+    def park_actor() -> None:
+        weights_home.park([*actor.parameters(), *actor.buffers()])
+
+    def reload() -> None:
+        weights_home.restore()
+        moments_home.restore()
+
+    if mode == "colocated":
+        park_actor()  # the engine sizes its KV cache in the room the actor leaves
+        shard = ColocatedRolloutEngine(model, config, source=RealtimeSource({}))
     else:
         from services.rollout.engine import RolloutEngine
-        from services.rollout.sources import RealtimeSource
 
         shard = RolloutEngine(
             model,
             config.model_copy(update={"engine": engine.model_copy(update={"enable_sleep_mode": False})}),
             source=RealtimeSource({}),
         )
-        llm = shard.llm
+    llm = shard.llm
     try:
         for step in range(steps):
             started = time.perf_counter()
@@ -107,16 +142,25 @@ def run(
             responses, tokens_per_s = generate(llm, batch, max_tokens)
             figures["tokens_per_s"].append(tokens_per_s)
             t = time.perf_counter()
-            slept = mode == "colocated" and shard.sleep(1)
-            figures["sleep_s"].append(time.perf_counter() - t)
+            if mode == "colocated":
+                shard.hand_back(2, reload=reload, observe=observe)
+                figures["sleep_s"].append(stamps["sleep"] - t)
+            else:
+                figures["sleep_s"].append(0.0)
             figures["update_s"].append(update(actor, optimizer, batch, responses))
             t = time.perf_counter()
-            if slept:
-                shard.wake_up(["weights"])
-            wake = time.perf_counter() - t
-            t = time.perf_counter()
             if mode == "colocated":
-                shard.load_from(weight_buckets(actor, dtype, bucket_mb, device))
+                shard.take_back(
+                    weight_buckets(actor, dtype, bucket_mb, device), park_optimizer=park_optimizer,
+                    park_actor=park_actor, observe=observe,
+                )  # fmt: skip
+                # its two wake-ups (the weights before the push, the KV cache after it)
+                figures["wake_s"].append(
+                    stamps["wake_weights"]
+                    - stamps["park_optimizer"]
+                    + stamps["wake_kv_cache"]
+                    - stamps["park_actor"]
+                )
             else:
                 shard.push_weights(
                     {
@@ -124,18 +168,18 @@ def run(
                         for k, v in actor.state_dict().items()
                     }
                 )
+                figures["wake_s"].append(0.0)
             figures["sync_s"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            if slept:
-                shard.wake_up(["kv_cache"])
-            figures["wake_s"].append(wake + time.perf_counter() - t)
             figures["step_s"].append(time.perf_counter() - started)
     finally:
         shard.shutdown()
+        reload()
     out = {
         f"gpu_{mode}_{k}": sum(v[1:] or v) / len(v[1:] or v) for k, v in figures.items()
     }  # step 1 warms up
     out[f"gpu_{mode}_peak_memory_gib"] = peak_gib()
+    if mode == "colocated":
+        out.update({f"gpu_colocated_memory_after_{p}_gib": sum(v) / len(v) for p, v in phases.items()})
     return out
 
 

@@ -151,9 +151,9 @@ def memory_plan(params: int, device_bytes: int, micro_batch_tokens: int) -> dict
     forward/backward (8 B + activations) and the optimizer step (16 B, the activations gone), down to
     2,048 tokens. Raises where even the step does not fit one device.
 
-    Example: 4.07e9 parameters (the 3B model) on an H100 (79.1 GiB, 71.2 usable): 60.6 GiB of state +
-    1.1 MiB a token of activations does not fit at 16,384 tokens (78.2 GiB) but does at 8,192 (69.4
-    GiB); on an H200 (139.8 GiB) it fits at 16,384."""
+    Example: 3.75e9 parameters (the 3B model, its head tied) on an H100 (79.1 GiB, 71.2 usable): 55.9
+    GiB of state + 1.1 MiB a token of activations does not fit at 16,384 tokens (73.5 GiB) but does at
+    8,192 (64.7 GiB); on an H200 (139.8 GiB) it fits at 16,384."""
     budget = HEADROOM * device_bytes
     state, step = 8 * params, 16 * params
     if step > budget:

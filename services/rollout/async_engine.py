@@ -254,12 +254,13 @@ class AsyncRolloutEngine(EngineBase):
 
     async def wake_up(self) -> bool:
         """Bring back what :meth:`sleep` released; False when the engine was not asleep (nothing to do)."""
-        if self._sleep_level is None:
+        waking = self._to_wake(None)
+        if not waking:
             return False
         free_cached_device_memory()
         if not await self.engine.wake_up():
             raise RuntimeError("vLLM did not wake up fully")
-        self._sleep_level = None
+        self._woke(waking)
         return True
 
     async def aclose(self) -> None:

@@ -1,41 +1,48 @@
 """Colocated placement: an engine shard inside each actor rank's own process, on the rank's own devices.
 
-Every group of ``tensor_parallel_size`` FSDP ranks hosts one vLLM engine, as verl's hybrid engine does:
-vLLM's ``external_launcher`` executor runs the engine's single worker in the calling process and builds
-its tensor- and data-parallel groups over the process group the ranks already joined (torch.distributed,
-``env://``), so ``data_parallel_size = world_size / tensor_parallel_size`` engines exist at once, one
-per TP group, each serving its own requests. The engine core runs in-process too
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which vLLM sets for this executor).
+Every group of ``tensor_parallel_size`` consecutive FSDP ranks hosts one vLLM engine, as verl's hybrid
+engine does: vLLM's ``external_launcher`` executor runs the engine's single worker in the calling
+process and builds its groups over the process group the ranks already joined (torch.distributed,
+``env://``). No ``data_parallel_size`` is set: vLLM lays the world out as ExternalDP x DP x PP x TP
+(``initialize_model_parallel``, vLLM 0.32), so with DP 1 the ``world / tp`` tensor-parallel groups are
+external replicas that generate independently (no all-reduce per decode step over the world, no
+dummy batches for an idle engine, no engine waiting for the slowest), which is what verl's SPMD engines
+do. The engine core runs in-process too (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
 
-The update cycle, per rank:
+A step's cycle on each rank, one code path for the loop (``services.trainer.ray_group``) and the GPU
+bench (``bench/gpu/colocated_steps.py``):
 
-1. ``sleep()`` before the update: vLLM's sleep mode (CUDA) level 1 offloads the weights to host memory
-   and drops the KV cache, so FSDP gets the GPU memory back (tags ``weights`` and ``kv_cache``);
-2. the update;
-3. ``wake_up(["weights"])`` (the weight buffers only, the KV cache stays released while the full
-   tensors travel), then :meth:`ColocatedShard.load_from` takes the trainer's pass over the FSDP
-   parameters bucket by bucket (``full_tensor()`` per parameter, a collective every rank makes in step,
-   cast to the engine's dtype, on the rank's device: ``services.trainer.weight_buckets``) and loads each
-   bucket in place; no tensor leaves the rank's process, nothing goes through the driver;
-4. ``wake_up(["kv_cache"])`` and generate.
+- :meth:`ColocatedRolloutEngine.hand_back` (the trainer's turn): the engine sleeps (level 2 drops the
+  weights and the KV cache: the push replaces every weight; level 1 keeps the weights in host memory),
+  the allocator's cached blocks go back to the device, then the caller brings its actor back from the
+  host;
+- :meth:`ColocatedRolloutEngine.take_back` (the engine's turn, after the update): the caller parks what
+  the push does not need (AdamW's moments, gradients), the engine wakes its weights only, takes the
+  trainer's pass over the FSDP parameters bucket by bucket (``full_tensor()`` per parameter, a
+  collective every rank makes in step, on the rank's device; the engine takes an iterator of buckets
+  and knows nothing of the trainer), the caller parks the rest of its actor, the allocator's cache is
+  emptied, and only then the KV cache wakes, into all the memory the actor gave up.
 
 vLLM's CPU backend hosts the engines (tests/trainer/test_colocated.py: 2 gloo ranks, 2 engines, parity
-with the HF model after a bucketed load) but has no sleep mode: there ``sleep`` and ``wake_up`` are
-no-ops that say so, and the update shares the host memory with the engines.
+with the HF model after a bucketed load) but has no sleep mode: there sleeping and waking are no-ops
+that say so, and the update shares the host memory with the engines; the cycle's order is the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from services.rollout.checkpoint import Checkpoint
 from services.rollout.config import RolloutConfig
 from services.rollout.engine import RolloutEngine
+from services.rollout.engine_base import KV_CACHE, WEIGHTS
 from services.rollout.environment import pin_here
 from services.rollout.vllm_bridge import (
     engine_kwargs,
@@ -43,20 +50,22 @@ from services.rollout.vllm_bridge import (
     on_cpu,
     seedable_kwargs,
     seeds_supported,
-    sleep_mode_available,
 )
 from services.rollout.weight_sync import WeightBuckets, check_announced, check_bucket, checkpoint_shapes
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 120.0  # for a rank to stop its shard (vLLM's engine core and groups)
-#: vLLM's sleep-mode tags: what ``wake_up`` may bring back one at a time
-WEIGHTS, KV_CACHE = "weights", "kv_cache"
+#: the phases of a colocated cycle, in order (what ``observe`` is told after each)
+HAND_BACK = ("sleep", "free_cache", "reload")
+TAKE_BACK = ("park_optimizer", "wake_weights", "push", "park_actor", "wake_kv_cache")
+Observer = Callable[[str], None]
 
 
 def colocated_kwargs(model: str, config: RolloutConfig, world_size: int) -> dict[str, Any]:
     """``vllm.LLM`` arguments for the shard a rank hosts: the rollout config's, with the external
-    launcher and one data-parallel replica per tensor-parallel group of the ``world_size`` ranks."""
+    launcher. No ``data_parallel_size``: the ``world_size / tensor_parallel_size`` engines are vLLM's
+    external data-parallel replicas, each generating on its own (the module's docstring)."""
     tp = config.engine.tensor_parallel_size
     if world_size % tp:
         raise ValueError(
@@ -64,8 +73,20 @@ def colocated_kwargs(model: str, config: RolloutConfig, world_size: int) -> dict
             f"rollout.engine.tensor_parallel_size={tp}"
         )
     kwargs = engine_kwargs(model, config)
-    kwargs.update(distributed_executor_backend="external_launcher", data_parallel_size=world_size // tp)
+    kwargs.update(distributed_executor_backend="external_launcher")
     return kwargs
+
+
+def colocated_config(config: RolloutConfig) -> RolloutConfig:
+    """The rollout config of a shard, decided where it runs: ``engine.enable_sleep_mode`` null becomes
+    whether this vLLM can sleep (CUDA: yes; its CPU backend: no, and sleeping is then a logged no-op)."""
+    engine = config.engine
+    if engine.enable_sleep_mode is not None:
+        return config
+    from services.rollout.vllm_bridge import sleep_mode_available
+
+    engine = engine.model_copy(update={"enable_sleep_mode": sleep_mode_available()})
+    return config.model_copy(update={"engine": engine})
 
 
 def load_from_model(llm: Any, checkpoint: Checkpoint, weights: WeightBuckets, rank: int) -> int:
@@ -94,78 +115,36 @@ def load_from_model(llm: Any, checkpoint: Checkpoint, weights: WeightBuckets, ra
     return count
 
 
-class ColocatedShard:
-    """The engine shard of this rank (``torch.distributed`` must be initialised, every rank of the world
-    constructs one at the same time). ``llm`` is the plain ``vllm.LLM``; generation goes through it."""
+@contextlib.contextmanager
+def shm_names_of_this_world(needed: bool) -> Iterator[None]:
+    """While a shard starts on vLLM's CPU backend with tensor parallelism: name its shared-memory
+    segments after this world. vLLM's CPU worker names them from the init method's last ``:`` field
+    (``VLLM_DIST_IDENT``, ``cpu_worker.init_device``), which the external launcher always gives as
+    ``env://`` (``ExecutorWithExternalLauncher._distributed_args``, vLLM 0.32), so every TP group of
+    ranks [0, 1] on a host asks for ``/dev/shm/-tp:0-[0-1]-cpushm_*`` with O_EXCL, and a second job, or
+    any run after a crash left them, fails to start ("create shm in SHMManager failed. errno: 17").
+    Every rank of the world uses one token (rank 0's, broadcast): different names would make vLLM
+    fall back to gloo for the group. The ranks' process group exists already, so the init method
+    serves only as this name."""
+    if not needed:
+        yield
+        return
+    import torch.distributed as dist
+    from vllm.v1.executor.uniproc_executor import ExecutorWithExternalLauncher as launcher
 
-    def __init__(self, model: str, config: RolloutConfig) -> None:
-        import torch.distributed as dist
-        from vllm import LLM
+    token = [uuid.uuid4().hex[:12] if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(token, src=0)
+    original = launcher._distributed_args
 
-        if not dist.is_initialized():
-            raise RuntimeError(
-                "a colocated engine shard joins the actor ranks' process group: initialise it first"
-            )
-        self.config = config
-        self.checkpoint = Checkpoint.load(model)
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.engine_index = self.rank // config.engine.tensor_parallel_size
-        self.cpu_cores = own_cores(self.rank) if on_cpu() else None
-        started = time.perf_counter()
-        self.llm = LLM(**colocated_kwargs(model, config, self.world_size))
-        self.startup_s = time.perf_counter() - started
-        self.weight_version = 0
-        self.asleep = False
-        self.sleep_mode = bool(config.engine.enable_sleep_mode) and sleep_mode_available()
+    def named(self: Any) -> tuple[str, int, int]:
+        _, rank, local_rank = original(self)
+        return f"env://reelrl-{token[0]}", rank, local_rank
 
-    # -- memory -------------------------------------------------------------------------------------
-
-    def sleep(self, level: int = 1) -> bool:
-        """Release the weights (offloaded to host memory at level 1, dropped at level 2) and the KV cache
-        for the update; False, doing nothing, where vLLM has no sleep mode (its CPU backend) or
-        ``engine.enable_sleep_mode`` is off."""
-        if not self.sleep_mode:
-            log.info(
-                "colocated engine %d: no sleep mode here, it keeps its memory during the update",
-                self.engine_index,
-            )
-            return False
-        self.llm.sleep(level=level)
-        self.asleep = True
-        return True
-
-    def wake_up(self, tags: Sequence[str] | None = None) -> bool:
-        """Bring back ``tags`` (None: everything) of what :meth:`sleep` released."""
-        if not self.asleep:
-            return False
-        free_cached_device_memory()
-        self.llm.wake_up(tags=list(tags) if tags is not None else None)
-        if tags is None or KV_CACHE in tags:
-            self.asleep = False
-        return True
-
-    # -- weights ------------------------------------------------------------------------------------
-
-    def load_from(self, weights: WeightBuckets) -> int:
-        """Load the FSDP model's current weights, as the trainer's pass ``weights`` gathers them, into
-        this rank's engine (:func:`load_from_model`); the engine's ``weight_version`` goes up by one."""
-        try:
-            return load_from_model(self.llm, self.checkpoint, weights, self.rank)
-        finally:
-            self.weight_version += 1
-            self.llm.llm_engine.set_weight_version(str(self.weight_version))
-            self.llm.llm_engine.reset_encoder_cache()
-            self.llm.reset_prefix_cache()
-
-    # -- lifetime -----------------------------------------------------------------------------------
-
-    def shutdown(self) -> None:
-        """Stop the in-process engine core. vLLM's cleanup then destroys its groups AND the ranks' default
-        process group (``cleanup_dist_env_and_memory``, vLLM 0.32), so this is the last collective
-        thing a rank does: checkpoints and the final gather come before it."""
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            llm.llm_engine.engine_core.shutdown()
+    launcher._distributed_args = named
+    try:
+        yield
+    finally:
+        launcher._distributed_args = original
 
 
 def own_cores(rank: int) -> list[int]:
@@ -209,41 +188,8 @@ class ColocatedRolloutEngine(RolloutEngine):
             colocated_kwargs(self.checkpoint.path, self.config, self.world_size), on_cpu()
         )
         self.seedable = seeds_supported(kwargs, on_cpu())
-        self.llm = self._start(lambda: LLM(**kwargs))
-
-    def rollout(self, samples: Sequence[Any], n: int | None = None, **kwargs: Any) -> list[Any]:
-        """As :meth:`RolloutEngine.rollout`, in step with every other engine of the world. Under the
-        external launcher vLLM's data-parallel engines step together: each pass of a generate loop
-        all-reduces "any request unfinished?" over the engines (``LLMEngine.has_unfinished_requests``,
-        vLLM 0.32), so an engine that never enters the loop leaves the others waiting for good. An
-        engine given no samples, or whose samples fail before its loop ran (e.g. one refused by name),
-        still runs the loop with no requests of its own until the others finish; the error is raised
-        after."""
-        self._looped = False
-        try:
-            groups = super().rollout(samples, n, **kwargs) if samples else []
-        except BaseException:
-            if not self._looped:
-                try:
-                    self._idle_loop()
-                except Exception:  # the error that brought us here is the one to report
-                    log.exception("colocated engine %d: could not step with the others", self.engine_index)
-            raise
-        if not self._looped:
-            self._idle_loop()
-        return groups
-
-    def _run_requests(self, prompts: list[Any], params: list[Any]) -> list[Any]:
-        outputs = super()._run_requests(prompts, params)
-        self._looped = True
-        return outputs
-
-    def _idle_loop(self) -> None:
-        """Step with the other engines, with no requests of this one's, until none has any left."""
-        self._check_ready("step with the other engines")
-        with self._calling():
-            self.llm.wait_for_completion(use_tqdm=False)
-        self._looped = True
+        with shm_names_of_this_world(on_cpu() and self.config.engine.tensor_parallel_size > 1):
+            self.llm = self._start(lambda: LLM(**kwargs))
 
     def load_from(self, weights: WeightBuckets) -> int:
         """The FSDP model's weights (the trainer's pass ``weights``) into this rank's engine
@@ -258,22 +204,80 @@ class ColocatedRolloutEngine(RolloutEngine):
         self.reset_caches(processed_inputs=False)
         return self.weight_version
 
+    # -- the cycle around the update ------------------------------------------------------------------
+
+    def hand_back(
+        self, level: int, reload: Callable[[], Any] | None = None, observe: Observer | None = None
+    ) -> bool:
+        """The trainer's turn: sleep at ``level`` (2: weights and KV cache dropped; 1: the weights kept in
+        host memory), give the allocator's cached blocks back to the device, then ``reload()`` (the
+        caller's actor back from the host). Returns whether the engine slept (False on vLLM's CPU
+        backend, where the rest still runs in the same order)."""
+        observe = observe or _ignore
+        slept = self.sleep(level)
+        observe("sleep")
+        free_cached_device_memory()
+        observe("free_cache")
+        if reload is not None:
+            reload()
+        observe("reload")
+        return slept
+
+    def take_back(
+        self,
+        weights: WeightBuckets,
+        *,
+        park_optimizer: Callable[[], Any] | None = None,
+        park_actor: Callable[[], Any] | None = None,
+        observe: Observer | None = None,
+    ) -> int:
+        """The engine's turn, after the update, in the order that leaves the KV cache the most memory
+        (verl's ``rollout_mode``): ``park_optimizer()`` (the caller's AdamW moments and gradients to the
+        host: the push needs only the weights), wake the engine's weights, load ``weights`` (the pass
+        over the FSDP parameters, all ranks at once), ``park_actor()`` (the caller's weights and
+        reference model to the host), wake the KV cache (each wake-up first hands the allocator's cached
+        blocks back to the device). Returns the engine's new weight version."""
+        observe = observe or _ignore
+        if park_optimizer is not None:
+            park_optimizer()
+        observe("park_optimizer")
+        self.wake_up([WEIGHTS])
+        observe("wake_weights")
+        version = self.load_from(weights)
+        observe("push")
+        if park_actor is not None:
+            park_actor()
+        observe("park_actor")
+        self.wake_up([KV_CACHE])  # each wake-up first empties the allocator's cache
+        observe("wake_kv_cache")
+        return version
+
+
+def _ignore(phase: str) -> None:
+    return None
+
 
 class ColocatedEngine:
     """The driver's handle on one colocated engine: the Ray rank actors of one tensor-parallel group
     (``services.trainer.ray_group.ActorWorker``), each hosting its shard. Every call goes to all ranks of
     the group (tensor-parallel shards run the same requests) and the group's first rank answers. A push
-    takes no weights: each rank loads its own shard from its FSDP parameters (``loads_from_ranks``);
-    the fleet calls every engine's push at once, so every rank of the world gathers each bucket in step."""
+    takes no weights: each rank loads its own shard from its FSDP parameters (``loads_from_ranks``),
+    waking its engine in stages around it (:meth:`ColocatedRolloutEngine.take_back`); the fleet calls
+    every engine's push at once, so every rank of the world gathers each bucket in step. Between pushes
+    the engines generate independently of each other."""
 
     accepts_refs = False
     loads_from_ranks = True
 
-    def __init__(self, workers: Sequence[Any], bucket_mb: float) -> None:
-        self.workers, self.bucket_mb = list(workers), bucket_mb
+    def __init__(self, workers: Sequence[Any], bucket_mb: float, *, local: bool = False) -> None:
+        """``local``: ``workers`` is the one rank of a world without Ray, in this process (its methods
+        are called directly), not Ray actors."""
+        self.workers, self.bucket_mb, self.local = list(workers), bucket_mb, local
         self.weight_version = 0
 
     def _all(self, method: str, *args: Any) -> list[Any]:
+        if self.local:
+            return [getattr(w, method)(*args) for w in self.workers]
         import ray
 
         return ray.get([getattr(w, method).remote(*args) for w in self.workers])
@@ -290,15 +294,23 @@ class ColocatedEngine:
         return time.perf_counter() - started
 
     def sleep(self, level: int = 1) -> bool:
+        """The trainer's turn on every rank of the group (:meth:`ColocatedRolloutEngine.hand_back`: the
+        shard sleeps, then the rank's actor comes back from the host)."""
         return any(self._all("engine_sleep", level))
 
     def wake_up(self) -> bool:
-        return any(self._all("engine_wake"))
+        """Nothing: a colocated engine wakes in stages inside its push (weights, the push, the actor
+        parked, then the KV cache: :meth:`ColocatedRolloutEngine.take_back`), so that its KV cache
+        returns only once the actor has left the device."""
+        return False
 
     def shutdown(self) -> None:
         """Stop the group's shards, waiting at most ``SHUTDOWN_WAIT_S``: a rank still busy in a hung call
         (an actor runs one call at a time) would never take the shutdown, and the actor group's own
         shutdown kills it after this."""
+        if self.local:
+            self._all("engine_shutdown")
+            return
         import ray
 
         refs = [w.engine_shutdown.remote() for w in self.workers]

@@ -36,8 +36,13 @@ class EngineConfig(BaseModel):
     max_num_batched_tokens: int | None = Field(None, gt=0)
     enable_chunked_prefill: bool | None = None
     mm_processor_cache_gb: float | None = Field(None, ge=0)
-    # Frees the KV cache and weights between rollouts (colocated trainer and engine on one GPU).
-    enable_sleep_mode: bool = False
+    # Frees the KV cache and weights during the update (engines on the actor's GPUs). null: on for
+    # colocated engines where vLLM can sleep (CUDA), off otherwise; false with colocated is refused.
+    enable_sleep_mode: bool | None = None
+    # How the engines sleep through the update: 2 drops the weights with the KV cache (every push
+    # replaces them all, so keeping them would copy every weight to host memory and back for nothing),
+    # 1 keeps the weights in host memory. null: 2 for colocated engines, 1 for others (sleep_level()).
+    sleep_level: Literal[1, 2] | None = None
     limit_mm_per_prompt: dict[Literal["image", "video"], int] = Field(
         default_factory=lambda: {"image": 1, "video": 1}
     )
@@ -54,6 +59,11 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
+        if self.sleep_level is not None and self.enable_sleep_mode is False:
+            raise ValueError(
+                f"engine.sleep_level={self.sleep_level} with enable_sleep_mode: false: an engine without "
+                "sleep mode keeps its memory through the update; drop sleep_level or enable sleep mode"
+            )
         if self.in_process:
             if self.tensor_parallel_size > 1:
                 raise ValueError(
@@ -66,6 +76,19 @@ class EngineConfig(BaseModel):
                     f"{self.distributed_executor_backend!r} (workers in processes of their own)"
                 )
         return self
+
+
+def sleep_level(engine: EngineConfig, placement: str) -> int | None:
+    """The level engines at ``placement`` sleep at through the update (None: they keep their memory):
+    ``engine.sleep_level`` when set; else 2 for colocated engines, whose push replaces every weight (a
+    failed push fails the step, so the old weights are never needed again: verl sleeps at level 2 on
+    vLLM >= 0.8.5), and 1 for engines that sleep elsewhere (``enable_sleep_mode``), which keep serving
+    after a failed push."""
+    if placement == "colocated":
+        return engine.sleep_level or 2
+    if engine.enable_sleep_mode:
+        return engine.sleep_level or 1
+    return None
 
 
 def in_process_resolved(engine: EngineConfig, *, alone: bool, cpu: bool) -> EngineConfig:

@@ -108,6 +108,8 @@ class RolloutEngine(EngineBase):
         ``services.rollout.seeds``). ``overrides`` replace sampling parameters for this call (e.g.
         ``temperature=0``)."""
         config = self._call_config(n, mix_policy)
+        if not samples:
+            return []
         inputs = self.prepare(samples, config)
         seeds = group_seeds(config.seed, key, samples)
         generated = self.generate(inputs, online_counts(samples, config), seeds, **overrides)
@@ -242,16 +244,18 @@ class RolloutEngine(EngineBase):
         self._end_sleep(level)
         return True
 
-    def wake_up(self) -> bool:
-        """Bring back what :meth:`sleep` released; False when the engine was not asleep (nothing to do)."""
-        if self._sleep_level is None:
+    def wake_up(self, tags: Sequence[str] | None = None) -> bool:
+        """Bring back what :meth:`sleep` released: ``tags`` of it (``weights``, ``kv_cache``), None: all.
+        False when none of them was asleep (nothing to do)."""
+        waking = self._to_wake(tags)
+        if not waking:
             return False
         free_cached_device_memory()
         with self._calling():
-            awake = self.llm.wake_up()
-        if not awake:
+            awake = self.llm.wake_up(tags=None if tags is None else waking)
+        self._woke(waking)
+        if not self._asleep and not awake:
             raise RuntimeError("vLLM did not wake up fully")
-        self._sleep_level = None
         return True
 
     def reset_caches(self, processed_inputs: bool = True) -> None:

@@ -28,6 +28,10 @@ T = TypeVar("T")
 _in_process: EngineBase | None = None
 #: how long stopping an in-process engine waits for a call still running in it
 IN_PROCESS_STOP_WAIT_S = 60.0
+#: vLLM's sleep-mode tags: what ``wake_up`` may bring back one at a time (a colocated engine wakes its
+#: weights, takes the push, then its KV cache: services/rollout/colocated.py)
+WEIGHTS, KV_CACHE = "weights", "kv_cache"
+SLEEP_TAGS = (WEIGHTS, KV_CACHE)
 
 
 def _check_in_process_start() -> None:
@@ -88,6 +92,7 @@ class EngineBase:
         #: version(s) that produced its tokens.
         self.weight_version = 0
         self._sleep_level: int | None = None  # level of the current sleep, None when awake
+        self._asleep: tuple[str, ...] = ()  # the sleep tags still released (a wake-up may be partial)
         self._weights_discarded = False  # by a level-2 sleep, until the next push
         self.checkpoint = Checkpoint.load(model)
         if source is None:
@@ -209,16 +214,30 @@ class EngineBase:
         return True
 
     def _end_sleep(self, level: int) -> None:
-        self._sleep_level = level
+        self._sleep_level, self._asleep = level, SLEEP_TAGS
         self._weights_discarded = self._weights_discarded or level == 2
+
+    def _to_wake(self, tags: Sequence[str] | None) -> list[str]:
+        """Of ``tags`` (None: all), those still asleep, in vLLM's order; unknown tags are refused."""
+        unknown = set(tags or ()) - set(SLEEP_TAGS)
+        if unknown:
+            raise ValueError(f"unknown sleep tag(s) {sorted(unknown)}; tags: {list(SLEEP_TAGS)}")
+        return [t for t in self._asleep if tags is None or t in tags]
+
+    def _woke(self, tags: Sequence[str]) -> None:
+        self._asleep = tuple(t for t in self._asleep if t not in tags)
+        if not self._asleep:
+            self._sleep_level = None
 
     @property
     def sleeping(self) -> bool:
         return self._sleep_level is not None
 
     def _check_ready(self, action: str) -> None:
-        """Refuse ``action`` while asleep, and generation after a level-2 sleep until weights are pushed."""
-        if self._sleep_level is not None:
+        """Refuse ``action`` while asleep (a push needs only the weights awake), and generation after a
+        level-2 sleep until weights are pushed."""
+        asleep = self._asleep if action != "push weights" else tuple(t for t in self._asleep if t == WEIGHTS)
+        if asleep:
             raise RuntimeError(
                 f"cannot {action}: the engine is asleep (level {self._sleep_level}); call wake_up()"
             )

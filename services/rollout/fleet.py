@@ -89,7 +89,10 @@ class Fleet:
     fleet keeps the last weights pushed (for Ray references: a copy in the object store).
     ``independent``: whether one engine may fail alone; False for colocated shards, which are members of
     the actor ranks' collectives (a push gathers every bucket on every rank, and stopping a shard
-    destroys its ranks' process group), so any engine failure fails the call by name instead."""
+    destroys its ranks' process group), so any engine failure fails the call by name instead.
+    ``sleep_level``: how the engines sleep through the update when :meth:`sleep` names no level (2:
+    weights and KV cache dropped, the push replaces every weight; 1: weights kept in host memory;
+    None: they keep their memory and :meth:`sleep` does nothing)."""
 
     def __init__(
         self,
@@ -101,13 +104,14 @@ class Fleet:
         restart: Callable[[int], Any] | None = None,
         current_weights: Callable[[], Any] | None = None,
         independent: bool = True,
+        sleep_level: int | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a fleet needs at least one engine")
         self.members = [_Member(i, e, label=int(e.weight_version)) for i, e in enumerate(engines)]
         self.max_tokens, self.n, self.timeout_s = max_tokens, n, timeout_s
         self._restart, self._current_weights = restart, current_weights
-        self.independent = independent
+        self.independent, self.sleep_level = independent, sleep_level
         #: pushes so far: the version every serving engine must hold
         self.weight_version = 0
         self._weights: Any = None  # the newest weights, for engines that restart
@@ -171,10 +175,6 @@ class Fleet:
             live = self._serving()
             split = routing.assign([costs[i] for i in pending], len(live), [samples[i].id for i in pending])
             shards = routing.shards(split, range(len(live)))
-            if not self.independent:
-                # colocated shards generate in step (each pass of one's loop waits for all of them:
-                # ColocatedRolloutEngine.rollout), so one left without groups is still called, with none
-                shards = {e: shards.get(e, []) for e in range(len(live))}
             calls = {
                 self._pool.submit(
                     live[e].engine.rollout, [samples[pending[j]] for j in ids], n=n, mix_policy=mix_policy,
@@ -449,9 +449,13 @@ class Fleet:
                 fail(member, f"{what}: {type(exc).__name__}: {exc}")
         return done
 
-    def sleep(self, level: int = 1) -> bool:
-        """Every serving engine sleeps (see ``RolloutEngine.sleep``); False where none could. An engine
-        that fails to is dropped as in a rollout (its replacement starts awake)."""
+    def sleep(self, level: int | None = None) -> bool:
+        """Every serving engine sleeps at ``level`` (None: the fleet's ``sleep_level``; see
+        ``RolloutEngine.sleep``); False where none could, or when there is no level to sleep at. An
+        engine that fails to is dropped as in a rollout (its replacement starts awake)."""
+        level = self.sleep_level if level is None else level
+        if level is None:
+            return False
         self._awake.clear()
         slept = self._on_each("sleep", lambda m: m.engine.sleep(level))
         if not slept:  # nothing was released (no sleep mode): no wake-up follows, and nothing to wait for

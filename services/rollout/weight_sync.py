@@ -378,6 +378,30 @@ def raise_statuses(results: Sequence[dict[str, Any]]) -> list[Any]:
     return [r["ok"] for r in results]
 
 
+def refresh_tied_heads(model: torch.nn.Module) -> list[str]:
+    """Process again each LM head tied to the input embeddings (one parameter in two vLLM embedding
+    layers) after an in-place reload; returns their module names.
+
+    A push leaves a tied head out (the trainer's stream does; a checkpoint's files hold none): loading
+    the embeddings writes the shared storage, so the head's weight is new, but the reload never
+    processes the head's own layer, and what that processing derives from the weight stays old: on
+    vLLM's CPU backend the head multiplies by a packed copy made then, so its logits would come from
+    the previous weights. Processing an unquantised embedding again only redoes that copy (nothing on
+    a GPU, which multiplies by the weight itself)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    owners: dict[int, str] = {}
+    heads = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None) if isinstance(module, VocabParallelEmbedding) else None
+        if weight is None:
+            continue
+        if owners.setdefault(id(weight), name) != name:
+            module.quant_method.process_weights_after_loading(module)
+            heads.append(name)
+    return heads
+
+
 class WeightSyncExtension:
     """Methods added to vLLM's worker (``worker_extension_cls``), called through ``collective_rpc``."""
 
@@ -402,6 +426,7 @@ class WeightSyncExtension:
                         yield name, handle.get_tensor(name)
 
         self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
+        self._reelrl_refresh_tied_heads()
         return count
 
     def reelrl_reload_from_bytes(self, data: bytes) -> int:
@@ -410,7 +435,14 @@ class WeightSyncExtension:
 
         weights = load(data)
         self.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
+        self._reelrl_refresh_tied_heads()
         return len(weights)
+
+    def _reelrl_refresh_tied_heads(self) -> None:
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            refresh_tied_heads(self.model_runner.get_model())  # type: ignore[attr-defined]
 
     # -- bucketed loads: begin, one load per bucket, end (one in-place reload spread over several RPCs) --
 
@@ -422,9 +454,13 @@ class WeightSyncExtension:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        # named before the reload starts, as vLLM's own reload_weights names them: a tied LM head is
+        # then the embeddings' parameter and named once. The reload gives every layer a meta tensor of
+        # its own, so named afterwards the head would count as missing from a push that leaves it out,
+        # although loading the embeddings fills its storage (the trainer's stream does leave it out).
+        self._reelrl_expected = {name for name, _ in model.named_parameters()}
         initialize_layerwise_reload(model)
         self._reelrl_loaded: set[str] = set()
-        self._reelrl_expected = {name for name, _ in model.named_parameters()}
         return len(self._reelrl_expected)
 
     def reelrl_load_bucket(self, data: bytes) -> int:
@@ -509,6 +545,7 @@ class WeightSyncExtension:
         runner = self.model_runner  # type: ignore[attr-defined]
         with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
             finalize_layerwise_reload(runner.get_model(), self.vllm_config.model_config)  # type: ignore[attr-defined]
+            refresh_tied_heads(runner.get_model())
         for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
             if hasattr(runner, reset):
                 getattr(runner, reset)()

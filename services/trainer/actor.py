@@ -34,7 +34,7 @@ from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
 from services.trainer.logprobs import scoring_head
-from services.trainer.offload import HostCopies, optimizer_tensors, own_storage
+from services.trainer.offload import HostCopies, optimizer_tensors, own_optimizer_state, own_storage
 from services.trainer.sharded_load import empty_model, load_shards
 from services.trainer.sharding import device_mesh
 from services.trainer.shared_vision import shared_vision
@@ -101,7 +101,7 @@ class PolicyModel:
 
         self.config = config
         self.trainable = trainable
-        self._host = HostCopies()  # what offload() parked
+        self._host: dict[str, HostCopies] = {}  # what offload() parked, by kind
         self.rank, self.world_size = distributed()
         # actor.ulysses_size: groups of consecutive ranks share their sequences, each holding a slice of
         # every packed row (services/trainer/ulysses.py); the data-parallel world is world / ulysses_size
@@ -177,6 +177,7 @@ class PolicyModel:
             fully_shard(module, **options)
         fully_shard(model, **options)
         load_shards(model, self.config.model_path, torch.device("cpu") if on_host else self.device)
+        own_storage(model)  # buffers read from a mapped file: parkable (Actor.offload) like the rest
         if on_host and self.device.type != "cpu":  # the buffers (rotary tables) stay with the compute
             for module in model.modules():
                 for name, value in list(module._buffers.items()):
@@ -338,14 +339,30 @@ class PolicyModel:
 
     # -- offload ------------------------------------------------------------------------------------
 
-    def offload(self) -> dict[str, int]:
-        """Park this rank's weights (and buffers) on the host until :meth:`reload`; returns the bytes
-        freed. Nothing collective: each rank for itself (services/trainer/offload.py)."""
-        return {"params": self._host.park([*self.model.parameters(), *self.model.buffers()])}
+    def parkable(self) -> dict[str, list[torch.Tensor | None]]:
+        """What :meth:`offload` can park, by kind: the weights (with the buffers)."""
+        return {"params": [*self.model.parameters(), *self.model.buffers()]}
 
-    def reload(self) -> int:
-        """Everything :meth:`offload` parked, back where it was, bit for bit; returns the bytes."""
-        return self._host.restore()
+    def offload(self, kinds: Sequence[str] | None = None) -> dict[str, int]:
+        """Park this rank's ``kinds`` (None: all of :meth:`parkable`) on the host until :meth:`reload`;
+        returns the bytes freed by kind. Nothing collective: each rank for itself
+        (services/trainer/offload.py). A colocated push parks the optimizer before the engine's weights
+        wake and the weights after they were sent, so the kinds move one at a time."""
+        tensors = self.parkable()
+        unknown = set(kinds or ()) - set(tensors)
+        if unknown:
+            raise ValueError(f"nothing to offload called {sorted(unknown)}; kinds: {sorted(tensors)}")
+        return {k: self._host.setdefault(k, HostCopies()).park(tensors[k]) for k in (kinds or tensors)}
+
+    def reload(self, kinds: Sequence[str] | None = None) -> int:
+        """What :meth:`offload` parked (of ``kinds``; None: everything), back where it was, bit for bit;
+        returns the bytes."""
+        return sum(self._host[k].restore() for k in (kinds or list(self._host)) if k in self._host)
+
+    @property
+    def parked(self) -> bool:
+        """Whether anything :meth:`offload` parked is still on the host."""
+        return any(copies.parked for copies in self._host.values())
 
     # -- weights --------------------------------------------------------------------------------------
 
@@ -610,14 +627,14 @@ class Actor(PolicyModel):
             self._moments.park(optimizer_tensors(self.optimizer))
         return norm_value
 
-    def offload(self) -> dict[str, int]:
-        """Park this rank's weights, gradients (if any are held) and AdamW's moments on the host until
-        :meth:`reload` (around a colocated engine's generation); returns the bytes freed by kind."""
-        freed = super().offload()
-        grads = [p.grad for p in self.model.parameters()]
-        freed["grads"] = self._host.park(grads)
-        freed["optimizer"] = self._host.park(optimizer_tensors(self.optimizer))
-        return freed
+    def parkable(self) -> dict[str, list[torch.Tensor | None]]:
+        """The weights, the gradients (if any are held) and AdamW's moments: what a colocated engine's
+        generation needs the device without (:meth:`PolicyModel.offload`)."""
+        return {
+            **super().parkable(),
+            "grads": [p.grad for p in self.model.parameters()],
+            "optimizer": optimizer_tensors(self.optimizer),
+        }
 
     def state(self) -> dict[str, Any]:
         """Optimizer and scheduler state (sharded per rank under FSDP); the moments are brought back
@@ -628,6 +645,7 @@ class Actor(PolicyModel):
     def load_state(self, state: dict[str, Any]) -> None:
         self._moments.restore()
         self.optimizer.load_state_dict(state["optimizer"])
+        own_optimizer_state(self.optimizer)  # parkable (offload_optimizer, a colocated engine's turn)
         self.scheduler.load_state_dict(state["scheduler"])
         if self.config.offload_optimizer:
             self._moments.park(optimizer_tensors(self.optimizer))

@@ -145,6 +145,12 @@ class ActorConfig(_Section):
         False,
         description="the frozen reference's shards on the host, streamed in for its pass (world_size >= 2)",
     )
+    offload_during_rollout: bool = Field(
+        True,
+        description="colocated engines: while a rank's engine generates, its actor's weights, gradients "
+        "and AdamW moments and the reference model wait in host memory, and the KV cache is sized without "
+        "them (services/trainer/hybrid.py); false keeps them on the device",
+    )
     freeze_vision: bool = False
     micro_batch_tokens: int = Field(8192, gt=0, description="token budget of one micro-batch")
     padding_free: bool = Field(
@@ -346,11 +352,11 @@ class TrainerConfig(_Section):
     torch_threads: int | None = Field(
         None,
         gt=0,
-        description="intra-op threads of each actor process (null: a CPU Ray rank's share of its node)",
+        description="intra-op threads of each actor process (null: a CPU Ray rank's share of its node, a GPU "
+        "rank's ray_group.cpus_per_rank)",
     )
     ray_address: str | None = Field(None, description="null: RAY_ADDRESS or a local Ray")
     use_ray: bool = Field(False, description="run the actor ranks as Ray actors (placement group, FSDP)")
-    ray_cpus_per_rank: float = Field(0.5, gt=0, description="CPUs Ray reserves for each actor rank")
     rollout_on_ray: bool = Field(
         True,
         description="with use_ray: the vLLM engine as a Ray actor in its own placement group (false: in the driver)",
@@ -369,6 +375,19 @@ class TrainerConfig(_Section):
     )
 
 
+class RayGroupConfig(_Section):
+    """``ray_group``: the actor ranks as Ray actors (``trainer.use_ray``), a STRICT_PACK placement group
+    per node (``services.trainer.ray_placement``)."""
+
+    cpus_per_rank: float | None = Field(
+        None,
+        gt=0,
+        description="CPUs Ray reserves for each actor rank; a GPU rank prepares its engine's video inputs "
+        "with as many threads (null: 0.5 on a CPU-only cluster; with GPUs the CPUs per GPU of the "
+        "poorest GPU node, at most 4)",
+    )
+
+
 class TrainConfig(_Section):
     data: DataConfig
     actor: ActorConfig
@@ -378,6 +397,29 @@ class TrainConfig(_Section):
     mix: MixConfig = Field(default_factory=MixConfig)
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    ray_group: RayGroupConfig = Field(default_factory=RayGroupConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ray_cpus_alias(cls, data: Any) -> Any:
+        """``trainer.ray_cpus_per_rank``, the key before ``ray_group`` (every earlier run's config.yaml
+        holds it), is read as ``ray_group.cpus_per_rank``."""
+        trainer = data.get("trainer") if isinstance(data, dict) else None
+        if not isinstance(trainer, dict) or "ray_cpus_per_rank" not in trainer:
+            return data
+        trainer = dict(trainer)
+        alias = trainer.pop("ray_cpus_per_rank")
+        group = dict(data.get("ray_group") or {})
+        if group.get("cpus_per_rank") not in (None, alias):
+            raise ValueError(
+                f"trainer.ray_cpus_per_rank={alias} (deprecated) contradicts ray_group.cpus_per_rank="
+                f"{group['cpus_per_rank']}: drop trainer.ray_cpus_per_rank"
+            )
+        group["cpus_per_rank"] = alias
+        logging.getLogger(__name__).warning(
+            "trainer.ray_cpus_per_rank is deprecated: read as ray_group.cpus_per_rank=%s", alias
+        )
+        return {**data, "trainer": trainer, "ray_group": group}
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
@@ -470,10 +512,17 @@ def fleet_problems(config: TrainConfig) -> list[str]:
                 f"from actor.world_size / tensor_parallel_size = {world} / {tp} = {world // tp}: drop "
                 "rollout.engines"
             )
-        if not trainer.use_ray:
+        if not trainer.use_ray and world > 1:
             problems.append(
-                "rollout.placement=colocated hosts the engines inside the actor ranks, which run as Ray "
-                "actors: set trainer.use_ray=true (or rollout.placement=driver for engines in this process)"
+                f"rollout.placement=colocated with actor.world_size={world} hosts the engines inside the actor "
+                "ranks, which run as Ray actors: set trainer.use_ray=true (one rank may run without Ray: its "
+                "engine then lives in the trainer's own process)"
+            )
+        if rollout.engine.enable_sleep_mode is False:
+            problems.append(
+                "rollout.placement=colocated with rollout.engine.enable_sleep_mode=false: the engines would "
+                "keep their weights and KV cache on the actor's GPUs through the update; set "
+                "rollout.engine.enable_sleep_mode: true (or leave it null)"
             )
         if rollout.engine.in_process is not None:
             problems.append(

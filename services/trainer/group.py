@@ -5,9 +5,10 @@ reference) in this process, as the only rank or as one rank of an FSDP group; th
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,20 @@ from services.trainer.sequences import (
 from services.trainer.update import SequenceTargets, update_policy
 
 log = logging.getLogger(__name__)
+
+
+def resident(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A group method that reads the actor's (or the reference's) tensors: whatever a colocated engine's
+    generation parked on the host (:meth:`LocalActorGroup.offload`) comes back first. A step's update
+    reloads them in order anyway (``services.rollout.colocated``); this keeps every other reader (a save
+    between steps, a warm start, the push that follows a resume) from reading emptied storages."""
+
+    @functools.wraps(method)
+    def wrapper(self: LocalActorGroup, *args: Any, **kwargs: Any) -> Any:
+        self.resident()
+        return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class LocalActorGroup:
@@ -93,6 +108,7 @@ class LocalActorGroup:
         self.share = share  # their indices in the step's (group, response) order
         return len(self.sequences)
 
+    @resident
     def log_probs(self, *, temperature: float, reference: bool = False) -> list[torch.Tensor]:
         if not reference:
             return self.actor.log_probs(self.sequences, temperature=temperature)
@@ -103,6 +119,7 @@ class LocalActorGroup:
         with lora.adapters_disabled(self.actor.model):  # LoRA: the base is the reference
             return self.actor.log_probs(self.sequences, temperature=temperature)
 
+    @resident
     def update(
         self, targets: Sequence[SequenceTargets], *, lagging: bool = False, **kwargs: Any
     ) -> dict[str, float]:
@@ -134,11 +151,13 @@ class LocalActorGroup:
 
         return push_dtype(self.rollout.engine.dtype, checkpoint_dtype(self.checkpoint.hf_config))
 
+    @resident
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights for a push, in the engine's dtype (every rank must call; rank 0 receives them).
         A bucketed sender reads them one tensor at a time instead: ``actor.full_tensors(push_dtype)``."""
         return self.actor.full_state_dict(self.push_dtype)
 
+    @resident
     def weight_buckets(self, bucket_mb: float) -> WeightBuckets | None:
         """The weights as a bucketed push (``services.trainer.weight_buckets``), or None where the
         tensors are sharded over ranks: a pass then is a collective the driver cannot run alone."""
@@ -150,6 +169,7 @@ class LocalActorGroup:
 
     # -- warm start ---------------------------------------------------------------------------------------
 
+    @resident
     def warm_start(
         self, samples: Sequence[RolloutSample], *, steps: int, lr: float, batch_size: int, seed: int
     ) -> None:
@@ -184,6 +204,7 @@ class LocalActorGroup:
 
     # -- checkpoints ------------------------------------------------------------------------------------
 
+    @resident
     def save(self, folder: Path) -> None:
         """The HF model (rank 0) and every rank's optimizer state into ``folder`` (all ranks call). With
         ``actor.lora`` the adapters alone (``adapter/``, peft's format): the base is ``actor.model_path``."""
@@ -196,12 +217,14 @@ class LocalActorGroup:
             self.save_model(folder / ckpt.MODEL_DIR)
         ckpt.save_torch(folder / f"optim_rank{self.rank}.pt", self.actor.state())
 
+    @resident
     def save_model(self, folder: Path) -> None:
         """The actor's weights as stored (the fp32 master; with LoRA the merged base, in its dtype) as an
         HF checkpoint at ``folder``, written by rank 0 (all ranks call: the weights are gathered one
         tensor at a time as rank 0 writes)."""
         self.actor.save_pretrained(folder)
 
+    @resident
     def load_optimizer(self, folder: Path) -> None:
         path = folder / f"optim_rank{self.rank}.pt"
         if not path.exists():
@@ -209,6 +232,34 @@ class LocalActorGroup:
                 f"{path}: the checkpoint was written by a run with another actor.world_size"
             )
         self.actor.load_state(ckpt.load_torch(path))
+
+    # -- the device during a colocated engine's generation ----------------------------------------------
+
+    def offload(self, kinds: Sequence[str] | None = None) -> dict[str, int]:
+        """Park the actor's ``kinds`` on the host (None: its weights, gradients and optimizer state, and
+        the reference model's weights) while a colocated engine generates on this rank's device; returns
+        the bytes freed by kind (``reference`` for the reference model)."""
+        freed = self.actor.offload(kinds)
+        if kinds is None and self.reference is not None:
+            freed["reference"] = self.reference.offload()["params"]
+        return freed
+
+    def reload(self, kinds: Sequence[str] | None = None) -> int:
+        """What :meth:`offload` parked (of the actor's ``kinds``; None: everything, the reference too),
+        back on the device; returns the bytes."""
+        moved = self.actor.reload(kinds)
+        if kinds is None and self.reference is not None:
+            moved += self.reference.reload()
+        return moved
+
+    @property
+    def parked(self) -> bool:
+        return self.actor.parked or (self.reference is not None and self.reference.parked)
+
+    def resident(self) -> None:
+        """Everything parked back on the device (a no-op when nothing is)."""
+        if self.parked:
+            self.reload()
 
     def shutdown(self) -> None:
         self.sequences, self._prompts = [], {}

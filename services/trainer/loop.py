@@ -366,7 +366,7 @@ class Trainer:
 
             self.group = RayActorGroup(
                 cfg, model_path, self.store.root, cfg.effective_rollout(), realtime=self.realtime,
-                images=self.images, cpus_per_rank=cfg.trainer.ray_cpus_per_rank,
+                images=self.images, cpus_per_rank=cfg.ray_group.cpus_per_rank,
                 reference_path=self.reference_path, adapter_path=self.adapter_path,
             )  # fmt: skip
         else:
@@ -459,9 +459,9 @@ class Trainer:
         self._batch_ids = [s.sample.id for s in samples]
         with timer("reward"):
             scored = self.score(step, samples, groups)
-        # A colocated engine gives the update its memory back (level 1: weights to host memory, KV cache
-        # dropped) until the weights are pushed after it.
-        sleeping = cfg.rollout.engine.enable_sleep_mode and self.engine.sleep(1)
+        # Engines on the actor's GPUs give the update their memory back (rollout.engine.sleep_level), and
+        # a colocated rank takes its actor back from the host, until the weights are pushed after it.
+        sleeping = self.engine.sleep()
         with timer("prepare"):
             self.group.load_batch([s.rollout for s in samples], groups)
         temperature = cfg.rollout.temperature or 1.0

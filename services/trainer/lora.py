@@ -207,14 +207,17 @@ class MergedWeight:
         self.shape, self.dtype = base.shape, base.dtype
 
     def full_tensor(self, gather: Any = None) -> torch.Tensor:
-        """``gather``: how each part is made whole (default: ``full_tensor()`` of a DTensor)."""
-        from services.trainer.weight_buckets import full
-
-        gather = gather or full
+        """``gather``: how each part is made whole (default: ``full_tensor()`` of a DTensor, a plain
+        tensor as it is)."""
+        gather = gather or _whole
         with torch.no_grad():
             base = gather(self.base).detach()
             delta = gather(self.b).detach().float() @ gather(self.a).detach().float()
             return (base.float() + self.scale * delta).to(base.dtype)
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def merged_state(model: Any) -> dict[str, Any]:
@@ -252,8 +255,28 @@ def adapter_state(model: Any) -> dict[str, torch.Tensor]:
 
 def push_state(model: Any) -> dict[str, Any]:
     """What a push or a checkpoint's ``model/`` reads of ``model``: its state dict, or, with adapters,
-    the merged view (:func:`merged_state`)."""
-    return merged_state(model) if has_adapters(model) else model.state_dict()
+    the merged view (:func:`merged_state`), a tied weight once (:func:`tied_copies` left out)."""
+    state = merged_state(model) if has_adapters(model) else model.state_dict()
+    # A tied LM head (``tie_word_embeddings``) is the input embeddings' tensor under a second name. The
+    # engine ties it itself (vLLM builds its head on the embeddings' storage, which loading the
+    # embeddings fills) and a checkpoint's files leave it out, so carrying it would only all-gather the
+    # largest tensor of a small model a second time and send its bytes twice.
+    copies = tied_copies(model)
+    return {k: v for k, v in state.items() if k not in copies} if copies else state
+
+
+def tied_copies(model: Any) -> frozenset[str]:
+    """State-dict names of weights that are another one's tensor: those transformers declares tied
+    (``all_tied_weights_keys``, name → the name it is tied to; the names a weight push may leave out,
+    ``services.rollout.param_names``) where the model really holds one parameter under both, so a head
+    that loading left untied (its checkpoint held two different tensors) is still carried."""
+    declared = getattr(model, "all_tied_weights_keys", None) or {}
+    params = dict(model.named_parameters(remove_duplicate=False))
+    return frozenset(
+        name
+        for name, source in declared.items()
+        if name in params and source in params and params[name] is params[source]
+    )
 
 
 # -- adapter files (peft's format: ``adapter_config.json`` + ``adapter_model.safetensors``) ------------

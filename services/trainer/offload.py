@@ -99,13 +99,27 @@ class HostCopies:
 
 
 def own_storage(model: torch.nn.Module) -> None:
-    """Give every parameter whose bytes are not its own (``from_pretrained`` on the CPU maps the
-    checkpoint file: its storages cannot be resized, so neither parked nor freed) a storage of its own.
-    A tied parameter is one object: it stays tied."""
+    """Give every parameter and buffer whose bytes are not its own (``from_pretrained`` on the CPU, and
+    the sharded load's buffers, map the checkpoint file: such storages cannot be resized, so neither
+    parked nor freed) a storage of its own. A tied parameter is one object: it stays tied."""
     with torch.no_grad():
         for param in model.parameters():
-            if not param.untyped_storage().resizable():
+            if not local(param).untyped_storage().resizable():
                 param.data = param.data.clone()
+        for module in model.modules():
+            for name, value in list(module._buffers.items()):
+                if value is not None and not value.untyped_storage().resizable():
+                    module._buffers[name] = value.clone()
+
+
+def own_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give every tensor of the optimizer's state whose bytes are not its own a storage of its own: a
+    resumed state comes from a mapped checkpoint file, and ``load_state_dict`` keeps such a tensor as it
+    is where device and dtype already match (every ``step`` counter, and on the CPU the moments too)."""
+    for state in optimizer.state.values():
+        for key, value in list(state.items()):
+            if isinstance(value, torch.Tensor) and not local(value).untyped_storage().resizable():
+                state[key] = value.clone()
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -12,49 +12,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from services.rollout.config import RolloutConfig, in_process_resolved
+from services.rollout.config import RolloutConfig, in_process_resolved, sleep_level
 from services.rollout.fleet import Fleet
-from services.trainer.config import TrainConfig, fleet_problems
+from services.trainer.config import TrainConfig
+from services.trainer.layout import Layout, PlacementError, resolve
+
+__all__ = ["STARTERS", "Layout", "PlacementError", "check_hardware", "resolve", "start_fleet"]
 
 log = logging.getLogger(__name__)
-
-
-class PlacementError(RuntimeError):
-    """The hardware cannot hold the configured placement; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    placement: str
-    engines: int
-    tensor_parallel_size: int
-
-
-def resolve(config: TrainConfig, *, cuda: bool) -> Layout:
-    """The placement (null: colocated where CUDA is and the ranks run on Ray (``trainer.use_ray``), else
-    disaggregated with ``trainer.use_ray`` and ``trainer.rollout_on_ray``, else driver) and the number
-    of engines. A null placement resolved to colocated gets the static checks an explicit one gets."""
-    rollout, trainer = config.rollout, config.trainer
-    placement = rollout.placement
-    if placement is None:
-        if cuda and trainer.use_ray:
-            placement = "colocated"
-        elif trainer.use_ray and trainer.rollout_on_ray:
-            placement = "disaggregated"
-        else:
-            placement = "driver"
-        resolved = config.model_copy(update={"rollout": rollout.model_copy(update={"placement": placement})})
-        problems = fleet_problems(resolved)
-        if problems:
-            raise PlacementError(
-                f"rollout.placement (null) resolved to {placement} here: {'; '.join(problems)}"
-            )
-    tp = rollout.engine.tensor_parallel_size
-    engines = config.actor.world_size // tp if placement == "colocated" else rollout.engines or 1
-    return Layout(placement, engines, tp)
 
 
 def check_hardware(
@@ -127,12 +94,13 @@ def _start_all(start: Callable[[int], Any], count: int) -> list[Any]:
 
 
 def _fleet(
-    config: TrainConfig, start: Callable[[int], Any], engines: int, current_weights: Any = None
+    config: TrainConfig, start: Callable[[int], Any], layout: Layout, current_weights: Any = None
 ) -> Fleet:
     rollout = config.rollout
     return Fleet(
-        _start_all(start, engines), max_tokens=rollout.max_tokens, n=rollout.n,
+        _start_all(start, layout.engines), max_tokens=rollout.max_tokens, n=rollout.n,
         timeout_s=rollout.engine_timeout_s, restart=start, current_weights=current_weights,
+        sleep_level=sleep_level(rollout.engine, layout.placement),
     )  # fmt: skip
 
 
@@ -157,7 +125,7 @@ def start_driver(
             cpu_cores=core_share(cores, index, layout.engines) if spread else None,
         )  # fmt: skip
 
-    return _fleet(config, start, layout.engines)
+    return _fleet(config, start, layout)
 
 
 def with_in_process(rollout: RolloutConfig, layout: Layout, cpu: bool) -> RolloutConfig:
@@ -201,7 +169,7 @@ def start_disaggregated(
     spread = layout.engines > 1 and layout.tensor_parallel_size == 1
     # generating beside the update, a CPU engine keeps to its bundle's CPUs and leaves the ranks theirs
     # (ray_group.rank_threads subtracts them): both on every core would wait on each other's threads
-    from services.trainer.ray_group import engine_cpus
+    from services.trainer.layout import engine_cpus
 
     threads = engine_cpus(config) if trainer.off_policy_steps else None
 
@@ -223,29 +191,40 @@ def start_disaggregated(
         def current() -> Any:
             return bucket_push(group, config.rollout, bucket_mb)
 
-    return _fleet(config, start, layout.engines, current)
+    return _fleet(config, start, layout, current)
 
 
 def start_colocated(
     config: TrainConfig, layout: Layout, model_path: str, rollout: RolloutConfig, **parts: Any
 ) -> Fleet:
-    """One engine shard per tensor-parallel group of the Ray actor ranks, inside the ranks' own
-    processes (``services.rollout.colocated``): all ranks start theirs at once."""
+    """One engine shard per tensor-parallel group of the actor ranks, inside the ranks' own processes
+    (``services.rollout.colocated``): all ranks start theirs at once. Ranks on Ray host theirs in their
+    actors; a lone rank without Ray hosts its one in this process, beside the actor (one GPU, no Ray)."""
     group = parts.get("group")
-    workers = getattr(group, "workers", None)
-    if not config.trainer.use_ray or not workers:
-        raise PlacementError(
-            "rollout.placement=colocated hosts the engines inside the actor ranks, which run as Ray "
-            "actors: set trainer.use_ray=true (or rollout.placement=driver or disaggregated)"
-        )
-    import ray
-
     from services.rollout.colocated import ColocatedEngine
 
-    indices = ray.get([w.engine_start.remote(model_path, rollout.model_dump()) for w in workers])
     tp = layout.tensor_parallel_size
     bucket_mb = config.rollout.weight_bucket_mb or 512.0
-    engines = [ColocatedEngine(workers[i * tp : (i + 1) * tp], bucket_mb) for i in range(layout.engines)]
+    if config.trainer.use_ray:
+        import ray
+
+        workers = getattr(group, "workers", None)
+        if not workers:
+            raise PlacementError("rollout.placement=colocated on Ray needs the actor ranks' Ray group")
+        indices = ray.get([w.engine_start.remote(model_path, rollout.model_dump()) for w in workers])
+        engines = [ColocatedEngine(workers[i * tp : (i + 1) * tp], bucket_mb) for i in range(layout.engines)]
+    else:
+        from services.trainer.hybrid import LocalHybrid
+
+        if layout.engines != 1 or tp != 1:
+            raise PlacementError(
+                "rollout.placement=colocated without Ray hosts one engine of tensor parallel 1 in this "
+                f"process; this layout has {layout.engines} engine(s) of tensor parallel {tp}: set "
+                "trainer.use_ray=true"
+            )
+        workers = [LocalHybrid(group)]
+        indices = [workers[0].engine_start(model_path, rollout.model_dump())]
+        engines = [ColocatedEngine(workers, bucket_mb, local=True)]
     if indices != [i // tp for i in range(len(workers))]:
         raise PlacementError(f"colocated engines started with indices {indices}, expected one per {tp} ranks")
     rollout_cfg = config.rollout
@@ -253,7 +232,7 @@ def start_colocated(
     # started again nor be left out of the next push's gathers
     return Fleet(
         engines, max_tokens=rollout_cfg.max_tokens, n=rollout_cfg.n, timeout_s=rollout_cfg.engine_timeout_s,
-        independent=False,
+        independent=False, sleep_level=sleep_level(rollout_cfg.engine, "colocated"),
     )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """The actor ranks as Ray actors: ``actor.world_size`` :class:`ActorWorker` processes, each one FSDP2 rank
 (gloo on CPU, NCCL on GPU) holding a :class:`~services.trainer.group.LocalActorGroup`, placed by a
-placement group (one bundle per rank, PACK).
+STRICT_PACK placement group per node, the ranks numbered in node order
+(:mod:`services.trainer.ray_placement`).
 
 :class:`RayActorGroup` offers the loop the methods of ``LocalActorGroup`` over ALL sequences of a step:
 each rank holds whole response groups balanced by tokens
@@ -30,13 +31,14 @@ from services.rollout.samples import RolloutGroup, RolloutSample
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.rollout.weight_sync import BucketBroadcast, BucketRefs
 from services.trainer.config import TrainConfig
+from services.trainer.hybrid import HybridRank
+from services.trainer.layout import colocated_tp, generating_cpus
+from services.trainer.ray_placement import CPUS_PER_RANK, RankPlacement, place_ranks
 from services.trainer.sequences import as_dicts, group_tokens, rank_shares
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 
 log = logging.getLogger(__name__)
 
-CPUS_PER_RANK = 0.5  # two ranks fit a 2-CPU local Ray; their threads: rank_threads or trainer.torch_threads
-PLACEMENT_TIMEOUT_S = 300.0
 SHUTDOWN_TIMEOUT_S = 30.0
 # Ray puts its sockets under its temp folder, and a socket path may hold at most 107 characters: a
 # run's output folder is used only when it is short enough, otherwise a private folder in /tmp.
@@ -52,29 +54,10 @@ def rank_threads(cores: int, node_cpus: float, ranks: int, busy: float = 0.0) ->
     return max(1, math.floor(min(cores, node_cpus) - busy) // ranks)
 
 
-def engine_cpus(config: TrainConfig) -> int:
-    """Cores one CPU engine computes on while it generates beside the update: its Ray bundle's CPUs in
-    whole cores, at least one. A disaggregated engine keeps to that many threads
-    (``placement.start_disaggregated``) and the ranks leave them to it (:func:`generating_cpus`)."""
-    return max(1, math.floor(config.trainer.ray_cpus_rollout))
-
-
-def generating_cpus(config: TrainConfig) -> float:
-    """CPUs the rollout engines compute on while the ranks update: none, unless they generate the next
-    batch then (``trainer.off_policy_steps: 1``): :func:`engine_cpus` for each disaggregated engine, a
-    core for each ``driver`` engine (it computes in the trainer's process, outside Ray's accounting,
-    and is not held to that core)."""
-    if not config.trainer.off_policy_steps:
-        return 0.0
-    from services.trainer.placement import resolve
-
-    layout = resolve(config, cuda=False)
-    return layout.engines * (engine_cpus(config) if layout.placement == "disaggregated" else 1)
-
-
-class ActorWorker:
+class ActorWorker(HybridRank):
     """One rank, inside its own Ray actor process. Built empty; :meth:`setup` joins the process group
-    and loads the model (all ranks at once, they rendezvous)."""
+    and loads the model (all ranks at once, they rendezvous). A colocated engine shard lives in it too
+    (:class:`~services.trainer.hybrid.HybridRank`)."""
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
@@ -124,20 +107,28 @@ class ActorWorker:
         cuda = torch.cuda.is_available() and bool(ray.get_gpu_ids())
         if cfg.trainer.torch_threads:
             torch.set_num_threads(cfg.trainer.torch_threads)
-        elif not cuda:
+        elif cuda:
+            # a GPU rank prepares its colocated engine's video inputs on the CPU: with its bundle's CPUs
+            # (ray_group.cpus_per_rank), whatever OMP_NUM_THREADS Ray started the actor with
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+            torch.set_num_threads(rank_threads(len(os.sched_getaffinity(0)), cpus, 1))
+        else:
             # Ray starts an actor of num_cpus < 2 with OMP_NUM_THREADS=1, so on the CPU a lone rank
             # computed its update on one of the node's 2 cores (learning test: 0.93 s a step, not 0.72)
             torch.set_num_threads(rank_threads(len(os.sched_getaffinity(0)), *nodes[self.rank]))
         torch.manual_seed(cfg.trainer.seed)
         if cuda:
             torch.cuda.set_device(0)  # Ray shows each rank only its own GPU
+        # exported on every rank, a lone one too: a colocated engine's executor (vLLM's external
+        # launcher) reads RANK and LOCAL_RANK and joins env:// even in a world of one (HybridRank)
+        os.environ.update(
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK="0",  # Ray shows each rank only its own device
+        )
         if self.world_size > 1:
-            os.environ.update(
-                MASTER_ADDR=master_addr,
-                MASTER_PORT=str(master_port),
-                RANK=str(self.rank),
-                WORLD_SIZE=str(self.world_size),
-            )
             dist.init_process_group("nccl" if cuda else "gloo", rank=self.rank, world_size=self.world_size)
         source: Any = realtime if realtime is not None else FrameStore(frame_root)
         if images is not None:
@@ -281,48 +272,6 @@ class ActorWorker:
     def load_optimizer(self, folder: str) -> None:
         self.group.load_optimizer(Path(folder))
 
-    # -- a colocated engine shard in this rank's process (services.rollout.colocated) -----------------
-
-    def engine_start(self, model_path: str, rollout: dict[str, Any]) -> int:
-        """Start this rank's shard (every rank at once: vLLM builds its groups over the ranks' own
-        process group); returns the engine's index."""
-        import torch.distributed as dist
-
-        from services.rollout.colocated import ColocatedRolloutEngine
-
-        os.environ.setdefault("LOCAL_RANK", "0")  # Ray shows each rank only its own device
-        if not dist.is_initialized():  # one rank: the world of one the engine's executor needs
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
-        config = RolloutConfig.model_validate(rollout)
-        self.engine = ColocatedRolloutEngine(model_path, config, source=self.group.source)
-        return self.engine.engine_index
-
-    def engine_rollout(self, samples: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        groups = self.engine.rollout([RolloutSample.model_validate(s) for s in samples], **kwargs)
-        return [g.model_dump() for g in groups]
-
-    def engine_load(self, bucket_mb: float) -> int:
-        from services.trainer.weight_buckets import weight_buckets
-
-        # on the rank's own device; a LoRA actor's merged view (weight_buckets reads push_state)
-        actor = self.group.actor
-        return self.engine.load_from(
-            weight_buckets(actor.model, self.group.push_dtype, bucket_mb, actor.device)
-        )
-
-    def engine_sleep(self, level: int) -> bool:
-        return self.engine.sleep(level)
-
-    def engine_wake(self) -> bool:
-        return self.engine.wake_up()
-
-    def engine_shutdown(self) -> None:
-        """Stop the shard; vLLM's cleanup destroys the ranks' process group with its own, so nothing
-        collective can follow (the run's checkpoints are written before the engines stop)."""
-        engine, self.engine = getattr(self, "engine", None), None
-        if engine is not None:
-            engine.shutdown()
-
     def shutdown(self) -> None:
         import torch.distributed as dist
 
@@ -338,9 +287,12 @@ class RayActorGroup:
 
     Ray: an already initialised Ray in this process is used as it is; otherwise ``trainer.ray_address``
     or ``RAY_ADDRESS`` is joined, else a local Ray is started (and stopped by :meth:`shutdown`).
-    Each rank asks for ``cpus_per_rank`` CPUs and ``gpus_per_rank`` GPUs (None: one GPU when the cluster
-    has GPUs, none otherwise). ``realtime``: the run's realtime source (``data.source_mode:
-    realtime_only``); it holds video paths and parameters only, and each rank decodes its own clips.
+    Each rank asks for ``cpus_per_rank`` CPUs (None: ``ray_placement.default_cpus_per_rank``) and
+    ``gpus_per_rank`` GPUs (None: one GPU when the cluster has GPUs, none otherwise), in a STRICT_PACK
+    placement group per node: the ``tensor_parallel_size`` ranks of a colocated engine share a node
+    (``ray_placement.place_ranks``; refused before any rank starts when the nodes cannot hold them so).
+    ``realtime``: the run's realtime source (``data.source_mode: realtime_only``); it holds video paths
+    and parameters only, and each rank decodes its own clips.
     ``images``: the run's still images (paths by key), read by each rank. ``reference_path``: the KL
     reference's weights (None: ``actor.model_path``) and ``adapter_path`` (LoRA's, resuming), as for
     the local group.
@@ -357,7 +309,7 @@ class RayActorGroup:
         *,
         realtime: RealtimeSource | None = None,
         images: ImageFiles | None = None,
-        cpus_per_rank: float = CPUS_PER_RANK,
+        cpus_per_rank: float | None = None,
         gpus_per_rank: float | None = None,
         reference_path: str | None = None,
         adapter_path: str | None = None,
@@ -365,7 +317,7 @@ class RayActorGroup:
         self.config = config
         self.world_size = config.actor.world_size
         self.workers: list[Any] = []
-        self.placement_group: Any = None
+        self.placement: RankPlacement | None = None
         self.shares: list[list[int]] = []  # the step's sequence indices each rank holds
         self._owns_ray = False
         self._temp_dir: Path | None = None
@@ -385,7 +337,7 @@ class RayActorGroup:
 
     # -- Ray ----------------------------------------------------------------------------------------
 
-    def _connect(self, cpus_per_rank: float) -> None:
+    def _connect(self, cpus_per_rank: float | None) -> None:
         import ray
 
         if ray.is_initialized():
@@ -399,35 +351,35 @@ class RayActorGroup:
             # the rollout engines' bundles, when they run on Ray too, must fit beside the ranks
             import torch
 
-            from services.trainer.placement import resolve
+            from services.trainer.layout import resolve
 
             layout = resolve(self.config, cuda=torch.cuda.is_available())
             engines = layout.engines if layout.placement == "disaggregated" else 0
             rollout = trainer.ray_cpus_rollout * engines
             # the cores this process may use (a container or taskset may allow fewer than the machine has)
             cores = len(os.sched_getaffinity(0))
-            cpus = max(cores, math.ceil(self.world_size * cpus_per_rank + rollout))
+            # null: the CPU ranks' default (a GPU rank's is at most the cores per GPU, which fit anyway)
+            ranks = self.world_size * (cpus_per_rank or CPUS_PER_RANK)
+            cpus = max(cores, math.ceil(ranks + rollout))
             ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=str(self._temp_dir))
         self._owns_ray = True
 
-    def _start(self, cpus_per_rank: float, gpus_per_rank: float | None) -> None:
+    def _start(self, cpus_per_rank: float | None, gpus_per_rank: float | None) -> None:
         import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        if gpus_per_rank is None:
-            gpus_per_rank = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-        bundle = {"CPU": cpus_per_rank, **({"GPU": gpus_per_rank} if gpus_per_rank else {})}
-        self.placement_group = placement_group([dict(bundle)] * self.world_size, strategy="PACK")
-        wait_placed(self.placement_group, f"actor.world_size={self.world_size} ranks of {bundle} each")
+        self.placement = place_ranks(self.world_size, colocated_tp(self.config), cpus_per_rank, gpus_per_rank)
+        log.info(
+            "actor ranks by node: %s",
+            "; ".join(
+                f"{s.first_rank}-{s.first_rank + s.ranks - 1} on {s.node}" for s in self.placement.layout
+            ),
+        )
         remote = ray.remote(ActorWorker)
         self.workers = [
             remote.options(
-                num_cpus=cpus_per_rank,
-                num_gpus=gpus_per_rank,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.placement_group, placement_group_bundle_index=rank
-                ),
+                num_cpus=self.placement.cpus_per_rank,
+                num_gpus=self.placement.gpus_per_rank,
+                scheduling_strategy=self.placement.strategy(rank),
             ).remote(rank, self.world_size)
             for rank in range(self.world_size)
         ]
@@ -624,31 +576,15 @@ class RayActorGroup:
                 log.warning("%d actor rank(s) did not shut down in time: killed", len(stuck))
             for w in workers:
                 ray.kill(w)
-        if self.placement_group is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(self.placement_group)
-            self.placement_group = None
+        if self.placement is not None:
+            self.placement.remove()
+            self.placement = None
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False
         if self._temp_dir is not None and self._temp_dir.parent == Path("/tmp"):
             shutil.rmtree(self._temp_dir, ignore_errors=True)
         self._temp_dir = None
-
-
-def wait_placed(group: Any, what: str) -> None:
-    """Wait for a placement group's bundles to be reserved; a RuntimeError naming ``what`` and the
-    cluster's free resources when they cannot be."""
-    import ray
-
-    try:
-        ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
-    except ray.exceptions.GetTimeoutError:
-        raise RuntimeError(
-            f"Ray could not place {what} within {PLACEMENT_TIMEOUT_S:.0f} s; "
-            f"available: {ray.available_resources()}"
-        ) from None
 
 
 def _ray_temp_dir(output_dir: Path) -> Path:

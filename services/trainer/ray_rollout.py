@@ -45,7 +45,7 @@ class RayRolloutEngine:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from services.rollout.worker import RolloutWorker
-        from services.trainer.ray_group import wait_placed
+        from services.trainer.ray_placement import wait_placed
 
         engine = config.engine
         if engine.tensor_parallel_size > 1 and engine.distributed_executor_backend is None:

@@ -6,7 +6,9 @@ send it whole. Here the parameters are walked in one fixed order, the order of t
 processes a layer as soon as all of its tensors arrived, so that order keeps its buffers small too).
 Each bucket is gathered with ``full_tensor()`` per parameter and cast to the engine's dtype; the
 largest extra memory a push holds is one bucket: at most ``rollout.weight_bucket_mb``, or a single
-tensor larger than that.
+tensor larger than that. A tied LM head is walked once, as the embeddings it is
+(``services.trainer.lora.push_state`` leaves the second name out): the engine ties its own head, so
+gathering and sending it again would only cost the largest tensor of a small model twice.
 
 :func:`pack` is the pure part (sizes in, index lists out); :func:`manifest` and :func:`buckets` read a
 model (FSDP2 DTensors or plain tensors; every rank must walk the buckets together, since

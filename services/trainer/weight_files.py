@@ -12,6 +12,7 @@ of the file's.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import struct
@@ -190,8 +191,18 @@ def write_safetensors(
             if fh.tell() - 8 - len(encoded) != offsets[name][0]:
                 raise ValueError(f"{path}: tensor {name} came out of the layout's order")
             flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-            fh.write(memoryview(flat.view(torch.uint8).numpy()))
+            fh.write(raw_bytes(flat))
             written.add(name)
     if written != set(layout):
         missing = sorted(set(layout) - written)
         raise ValueError(f"{path}: the stream ended without {missing[:5]} ({len(missing)} in all)")
+
+
+def raw_bytes(flat: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy and without ``numpy()``: a tensor shared
+    with numpy is marked non-resizable for good, and on one rank the tensor written IS the parameter,
+    whose storage a colocated engine's turn must be able to empty (``services.trainer.offload``)."""
+    nbytes = flat.numel() * flat.element_size()
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")

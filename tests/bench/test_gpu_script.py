@@ -17,6 +17,7 @@ import torch
 from bench.gpu.actor_steps import bf16_master_step, device_seconds, moved, shares
 from bench.gpu.results import ENVIRONMENT_KEY, LOAD_KEY, merge
 from bench.results import is_busy
+from services.rollout.colocated import HAND_BACK, TAKE_BACK
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_KEYS = ("tokens_per_s", "update_s", "sleep_s", "wake_s", "sync_s", "step_s", "peak_memory_gib")
@@ -55,12 +56,22 @@ def test_the_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     figures = json.loads(results.read_text())
     expected = {f"gpu_{mode}_{key}" for mode in ("colocated", "driver") for key in ENGINE_KEYS}
+    # the colocated cycle's phases (the loop's own code path), each with the device memory it left
+    phases = [f"gpu_colocated_memory_after_{p}_gib" for p in (*HAND_BACK, *TAKE_BACK)]
+    expected |= set(phases)
     expected |= {f"gpu_actor_{key}" for key in ACTOR_KEYS}
     expected |= {f"gpu_lora_{key}" for key in LORA_KEYS}
     assert set(figures) == expected | {"gpu_engine_cycle_ran", ENVIRONMENT_KEY, LOAD_KEY}
     assert figures["gpu_engine_cycle_ran"] == 1  # vLLM imports here, so the engine cycle ran
     assert figures["gpu_colocated_tokens_per_s"] > 0 and figures["gpu_driver_tokens_per_s"] > 0
     assert figures["gpu_colocated_sync_s"] > 0 and figures["gpu_driver_sync_s"] > 0
+    assert all(figures[key] == 0 for key in phases)  # the CPU: host and device are one memory
+    order = [
+        line.split("after ")[1].split(":")[0]
+        for line in done.stdout.splitlines()
+        if "[colocated] after" in line
+    ]
+    assert order == [*HAND_BACK, *TAKE_BACK] * 3  # the cycle's order, each of the 3 steps
     assert figures["gpu_actor_steps"] == 3 and figures["gpu_actor_update_tokens_per_s"] > 0
     # the LoRA steps train a small share of the same model
     assert figures["gpu_lora_params_b"] > figures["gpu_actor_params_b"]  # the adapters come on top

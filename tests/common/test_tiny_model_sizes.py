@@ -50,13 +50,20 @@ def test_qwen2_vl_1b_is_past_a_billion_parameters(ids):
     assert (config.text_config.num_hidden_layers, config.vision_config.depth) == (12, 8)
 
 
-def test_qwen2_5_vl_3b_matches_the_published_checkpoint_with_its_head_untied(ids):
-    # the one-GPU script's checkpoint (bench/gpu/run.sh): its fp32 training state fits an H200
+def test_qwen2_5_vl_3b_matches_the_published_checkpoint_with_its_head_tied(ids):
+    # the one-GPU script's checkpoint (bench/gpu/run.sh; its fp32 training state fits an H200) and the
+    # real-size tied one (tests/trainer/test_weight_buckets.py): the head is the embeddings' parameter,
+    # counted once, as in the published count
     config, model = meta_model("qwen2_5_vl", ids, "3b")
-    head = model.lm_head.weight.numel()
-    assert sum(p.numel() for p in model.parameters()) - head == 3_754_622_976  # Qwen2.5-VL-3B-Instruct, tied
-    assert head == 151936 * 2048 and config.vision_config.out_hidden_size == config.text_config.hidden_size
+    assert config.tie_word_embeddings is True and config.text_config.tie_word_embeddings is True
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    assert sum(p.numel() for p in model.parameters()) == 3_754_622_976  # Qwen2.5-VL-3B-Instruct
+    assert model.lm_head.weight.shape == (151936, 2048)
+    assert config.vision_config.out_hidden_size == config.text_config.hidden_size
     assert get_architecture("qwen2_5_vl").config(ids, "real").text_config.hidden_size == 3584  # still 7B
+    # --untied: the same dimensions with a head of its own (the build the recorded GPU figures measured)
+    untied = get_architecture("qwen2_5_vl").config(ids, "3b", tied=False)
+    assert untied.tie_word_embeddings is False and untied.text_config.hidden_size == 2048
 
 
 def test_qwen3_5_9b_is_hybrid_at_full_size(ids):

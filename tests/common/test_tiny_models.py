@@ -206,6 +206,22 @@ def test_same_seed_gives_identical_weights_and_another_seed_does_not(tmp_path, m
     assert (again / "tokenizer.json").read_bytes() == (models["qwen2_5_vl"] / "tokenizer.json").read_bytes()
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_a_tied_checkpoint_holds_no_head_of_its_own(tmp_path, family):
+    """``tied=True`` (``make-tiny-model --tied``): the config ties the LM head at both levels (transformers
+    reads the root, vLLM's language model the text config), the file holds no ``lm_head.weight``, and
+    transformers loads a head that is the embeddings' parameter."""
+    from safetensors import safe_open
+
+    out = make_tiny_model(family, tmp_path / "tied", tied=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["tie_word_embeddings"] is True and config["text_config"]["tie_word_embeddings"] is True
+    with safe_open(str(out / "model.safetensors"), framework="pt") as handle:
+        assert "lm_head.weight" not in handle.keys()  # noqa: SIM118 (a safetensors handle)
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+
+
 def test_building_does_not_disturb_the_callers_random_state(tmp_path):
     torch.manual_seed(123)
     expected = torch.rand(3)

@@ -1,8 +1,8 @@
-"""A colocated engine steps with the other engines of the world whatever its share of a call (vLLM's
-data-parallel loop under the external launcher all-reduces "anything unfinished?" over every engine at
-each pass): with no samples, with samples refused before its loop ran, or with its loop broken, it still
-runs a loop with no requests of its own. A stand-in ``vllm.LLM`` records the calls; the real shards
-step together in tests/trainer/test_multinode.py (validation on one sample, two engines)."""
+"""A colocated engine generates on its own (vLLM's external data-parallel replicas: no data-parallel group
+over the ranks, so no all-reduce per pass of its loop): with no samples it calls nothing, a refused
+sample or a broken loop is raised at once, and one that generated runs its one loop. A stand-in
+``vllm.LLM`` records the calls; the real shards generate independently in
+tests/trainer/test_colocated.py (one generates while the other is outside vLLM)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class StandInLLM:
             raise self.generate_error
         return [SimpleNamespace(prompt_token_ids=[1, 2], outputs=["completion"]) for _ in prompts]
 
-    def wait_for_completion(self, use_tqdm=False):
+    def wait_for_completion(self, use_tqdm=False):  # what an engine in lockstep would have to call
         self.calls.append("loop without requests")
         return []
 
@@ -44,13 +44,12 @@ def shard(tiny_models: dict[str, Path]) -> Shard:
     return Shard(tiny_models["qwen2_5_vl"], small_config(), source=object())
 
 
-def test_an_engine_with_no_samples_still_steps_with_the_others(shard: Shard) -> None:
+def test_an_engine_with_no_samples_calls_nothing(shard: Shard) -> None:
     assert shard.rollout([]) == []
-    assert shard.llm.calls == ["loop without requests"]
+    assert shard.llm.calls == []
 
 
 def test_an_engine_that_generated_runs_its_one_loop_only(shard: Shard, monkeypatch) -> None:
-    """A second loop after a successful one would leave this engine an all-reduce ahead of the others."""
     import services.rollout.engine as engine_module
 
     monkeypatch.setattr(shard, "prepare", lambda samples, config=None: [SimpleNamespace(prompt="p")])
@@ -62,33 +61,19 @@ def test_an_engine_that_generated_runs_its_one_loop_only(shard: Shard, monkeypat
     assert shard.llm.calls == ["generate(1)"]
 
 
-def test_a_refused_sample_is_raised_after_stepping_with_the_others(shard: Shard, monkeypatch) -> None:
+def test_a_refused_sample_is_raised_at_once(shard: Shard, monkeypatch) -> None:
     def refuse(samples, config=None):
         raise ValueError(f"sample {samples[0].id!r}: no such clip")
 
     monkeypatch.setattr(shard, "prepare", refuse)
     with pytest.raises(ValueError, match="sample 's0': no such clip"):
         shard.rollout([RolloutSample(id="s0", prompt="q")])
-    assert shard.llm.calls == ["loop without requests"]
+    assert shard.llm.calls == []
 
 
-def test_a_loop_that_broke_is_followed_by_one_without_requests(shard: Shard, monkeypatch) -> None:
+def test_a_loop_that_broke_is_raised_with_no_second_loop(shard: Shard, monkeypatch) -> None:
     monkeypatch.setattr(shard, "prepare", lambda samples, config=None: [type("Input", (), {"prompt": "p"})()])
     shard.llm.generate_error = RuntimeError("lost a request")
     with pytest.raises(RuntimeError, match="lost a request"):
         shard.rollout([RolloutSample(id="s0", prompt="q")])
-    assert shard.llm.calls == ["generate(1)", "loop without requests"]
-
-
-def test_the_original_error_is_raised_when_stepping_fails_too(shard: Shard, monkeypatch, caplog) -> None:
-    def refuse(samples, config=None):
-        raise ValueError("sample 's0': no such clip")
-
-    def broken(use_tqdm=False):
-        raise RuntimeError("engine core gone")
-
-    monkeypatch.setattr(shard, "prepare", refuse)
-    monkeypatch.setattr(shard.llm, "wait_for_completion", broken)
-    with pytest.raises(ValueError, match="no such clip"):
-        shard.rollout([RolloutSample(id="s0", prompt="q")])
-    assert "could not step with the others" in caplog.text and "engine core gone" in caplog.text
+    assert shard.llm.calls == ["generate(1)"]

@@ -31,6 +31,7 @@ class Recording:
         self.stopped = False
         self.release = threading.Event()
         self.sleeps = False  # whether sleep and wake_up report releasing memory (a GPU engine's would)
+        self.slept: list[int] = []  # the levels it was asked to sleep at
 
     def rollout(self, samples, n=None, *, mix_policy=None, key=None, **overrides) -> list[RolloutGroup]:
         self.events.append("rollout")
@@ -113,6 +114,7 @@ class Recording:
     def sleep(self, level: int = 1) -> bool:
         if self.fail == "sleep":
             raise RuntimeError(f"{self.name}'s actor died")
+        self.slept.append(level)
         return self.sleeps
 
     def wake_up(self) -> bool:
@@ -225,17 +227,27 @@ def test_a_colocated_engine_s_failure_fails_the_call_without_re_sending_or_stopp
     assert a.stopped and b.stopped
 
 
-def test_every_colocated_engine_is_called_even_with_no_groups_of_its_own() -> None:
-    # colocated shards generate in step (each pass of one's loop waits for all): one sample still calls
-    # both engines, the idle one with none; independent engines are called only with work
-    a, b = Recording("a"), Recording("b")
-    with fleet(a, b, independent=False) as f:
-        assert [g.sample_id for g in f.rollout(samples(1))] == ["s0"]
-    assert sorted(map(len, a.served + b.served)) == [0, 1]
-    a, b = Recording("a"), Recording("b")
-    with fleet(a, b) as f:
-        f.rollout(samples(1))
-    assert a.served + b.served == [["s0"]]
+def test_colocated_engines_are_called_only_with_work_of_their_own() -> None:
+    # colocated shards generate independently (no vLLM data-parallel group over the ranks), so an engine
+    # without groups is left alone, as an independent one is
+    for independent in (False, True):
+        a, b = Recording("a"), Recording("b")
+        with fleet(a, b, independent=independent) as f:
+            assert [g.sample_id for g in f.rollout(samples(1))] == ["s0"]
+        assert a.served + b.served == [["s0"]]
+
+
+def test_the_fleet_sleeps_at_its_own_level_unless_told_one() -> None:
+    a = Recording("a")
+    a.sleeps = True
+    with fleet(a) as f:
+        assert f.sleep() is False and a.slept == []  # no level: the engines keep their memory
+    a = Recording("a")
+    a.sleeps = True
+    with fleet(a, sleep_level=2) as f:
+        assert f.sleep() is True and f.wake_up() is True
+        assert f.sleep(1) is True
+    assert a.slept == [2, 1]
 
 
 def test_an_engine_that_answers_out_of_order_fails_and_its_groups_go_elsewhere() -> None:

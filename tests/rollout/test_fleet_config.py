@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.rollout.config import EngineConfig, sleep_level
 from services.trainer.config import ConfigError, parse_config
 from services.trainer.placement import Layout, PlacementError, check_hardware, resolve, start_colocated
 
@@ -98,8 +99,36 @@ def test_colocated_needs_the_ranks_on_ray() -> None:
         config(actor={"world_size": 2}, rollout={"placement": "colocated"})
     # and at start, for a group that is not on Ray whatever the config says
     cfg = config(actor={"world_size": 2}, rollout={"placement": "colocated"}, trainer={"use_ray": True})
-    with pytest.raises(PlacementError, match=r"set trainer.use_ray=true"):
+    with pytest.raises(PlacementError, match=r"needs the actor ranks' Ray group"):
         start_colocated(cfg, resolve(cfg, cuda=True), "m", cfg.effective_rollout(), group=None)
+    # one rank may go without Ray: its engine lives in the trainer's process (tests/trainer/test_colocated.py)
+    alone = config(rollout={"placement": "colocated"})
+    assert resolve(alone, cuda=True) == Layout("colocated", 1, 1)
+    with pytest.raises(ValueError, match=r"needs the trainer's one local actor rank"):
+        start_colocated(alone, resolve(alone, cuda=True), "m", alone.effective_rollout(), group=None)
+
+
+def test_colocated_engines_must_sleep_and_sleep_at_level_2_unless_told() -> None:
+    with pytest.raises(
+        ConfigError, match=r"enable_sleep_mode=false: the engines would keep .* \(or leave it null\)"
+    ):
+        config(
+            rollout={"placement": "colocated", "engine": {"enable_sleep_mode": False}},
+            trainer={"use_ray": True},
+        )
+    with pytest.raises(ConfigError, match=r"sleep_level=2 with enable_sleep_mode: false"):
+        config(rollout={"engine": {"enable_sleep_mode": False, "sleep_level": 2}})
+    with pytest.raises(ConfigError, match=r"sleep_level"):
+        config(rollout={"engine": {"sleep_level": 3}})
+    engine = EngineConfig()
+    assert engine.enable_sleep_mode is None and engine.sleep_level is None
+    # colocated: the push replaces every weight, so nothing is kept (2); elsewhere a sleeping engine
+    # keeps its weights (1) and one without sleep mode does not sleep
+    assert sleep_level(engine, "colocated") == 2
+    assert sleep_level(EngineConfig(sleep_level=1), "colocated") == 1
+    assert sleep_level(engine, "driver") is None and sleep_level(engine, "disaggregated") is None
+    assert sleep_level(EngineConfig(enable_sleep_mode=True), "driver") == 1
+    assert sleep_level(EngineConfig(enable_sleep_mode=True, sleep_level=2), "disaggregated") == 2
 
 
 def test_every_contradiction_is_named_at_once() -> None:

@@ -238,3 +238,42 @@ def test_bucketed_push_into_a_running_engine_matches_the_new_weights(
         engine.push_weight_buckets(announced, buckets(old, torch.float32, bucket_mb=1.0))
     for response in engine.rollout([sample], n=1)[0].responses:
         assert gap(hf_logprobs(engine, old, sample, response.token_ids), response.logprobs) < 1e-5
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_push_without_the_tied_head_moves_the_head_too(
+    engine_registry, clips, tmp_path_factory, video_sample, hf_logprobs
+):
+    """A checkpoint whose LM head is tied to its embeddings: the trainer's stream leaves the head out,
+    yet the engine's logits follow the new weights, by buckets and by a state-dict file alike. The
+    engine reported the head as never loaded when it named its parameters after the reload had split
+    the tie, and on the CPU backend kept multiplying by a packed copy of the old head."""
+    from transformers import AutoModelForImageTextToText
+
+    from services.common.tiny_models import build_tiny_model
+    from services.rollout.engine import RolloutEngine
+    from services.trainer.weight_buckets import weight_buckets
+    from tests.rollout.conftest import small_config
+    from tests.rollout.test_weight_push import gap, perturbed
+
+    path = build_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("tied") / "model", tied=True)
+    engine = engine_registry.get(
+        "llm-qwen2_5_vl-tied", lambda: RolloutEngine(path, small_config(), source=clips.store)
+    )
+    old = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+    new = perturbed(old, seed=3)
+    assert new.lm_head.weight is new.get_input_embeddings().weight  # the copy stays tied
+    sample = video_sample("qwen2_5_vl", "tall_in_time", "tied-head-push")
+
+    def gaps(pushed, other) -> None:
+        for response in engine.rollout([sample], n=2)[0].responses:
+            assert gap(hf_logprobs(engine, pushed, sample, response.token_ids), response.logprobs) < 1e-5
+            assert gap(hf_logprobs(engine, other, sample, response.token_ids), response.logprobs) > 1e-3
+
+    push = weight_buckets(new, torch.float32, bucket_mb=1 / 64)  # the embeddings in a bucket of their own
+    assert "lm_head.weight" not in dict(push.announced)
+    engine.push_weight_buckets(push.announced, push.open())
+    gaps(new, old)
+    engine.push_weights({k: v for k, v in old.state_dict().items() if k != "lm_head.weight"})
+    gaps(old, new)

@@ -1,5 +1,6 @@
 """One rank of tests/trainer/test_colocated.py (run by ``torchrun``): an FSDP2 actor and, in the same
-process, the engine shard it hosts; writes what it observed to ``OUT/rank{r}.json``."""
+process, the engine shard it hosts, through one cycle of the loop's path (``hand_back`` at sleep level
+2, ``take_back`` with a bucketed push); writes what it observed to ``OUT/rank{r}.json``."""
 
 from __future__ import annotations
 
@@ -7,16 +8,50 @@ import copy
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from services.rollout.colocated import ColocatedShard
+from services.rollout.colocated import ColocatedRolloutEngine
 from services.rollout.config import EngineConfig, RolloutConfig
+from services.rollout.sources import RealtimeSource
+from services.rollout.weight_sync import WeightBuckets
 from services.trainer.weight_buckets import weight_buckets
 
 BUCKET_MB = 1 / 32  # 32 KiB: many buckets, layers split across them
+ALONE_S = 120.0  # how long rank 1 waits for rank 0 to generate alone
+
+
+def counted(weights: WeightBuckets, seen: list[int]) -> WeightBuckets:
+    """``weights`` whose passes count their buckets into ``seen``."""
+
+    def open_():
+        for bucket in weights.open():
+            seen[0] += 1
+            yield bucket
+
+    return WeightBuckets(announced=weights.announced, open=open_, nbytes=weights.nbytes)
+
+
+def generates_alone(shard: ColocatedRolloutEngine, rank: int, out: Path) -> float | None:
+    """Rank 0 generates while rank 1 waits for it outside vLLM: engines of a colocated world are
+    independent (no vLLM data-parallel group over the ranks), so this ends; engines in one
+    data-parallel group would wait for each other's decode steps for good. Returns rank 0's seconds
+    (None on rank 1, which fails after ``ALONE_S`` if rank 0 never finished)."""
+    flag = out / "rank0_generated_alone"
+    if rank == 0:
+        started = time.perf_counter()
+        generate(shard, [3, 1, 4, 1, 5])
+        flag.write_text("done")
+        return time.perf_counter() - started
+    deadline = time.monotonic() + ALONE_S
+    while not flag.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank 0 did not generate alone within {ALONE_S:.0f} s (engines in lockstep?)")
+        time.sleep(0.2)
+    return None
 
 
 def hf_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int]) -> torch.Tensor:
@@ -26,7 +61,7 @@ def hf_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int]) 
     return logits.log_softmax(-1).gather(1, torch.tensor(response)[:, None])[:, 0]
 
 
-def generate(shard: ColocatedShard, prompt: list[int]) -> tuple[list[int], list[float]]:
+def generate(shard: ColocatedRolloutEngine, prompt: list[int]) -> tuple[list[int], list[float]]:
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=6, temperature=0.0, logprobs=0, ignore_eos=True)
@@ -37,7 +72,7 @@ def generate(shard: ColocatedShard, prompt: list[int]) -> tuple[list[int], list[
 
 
 def load_lora_actor(
-    shard: ColocatedShard, base: torch.nn.Module, prompt: list[int], generator: torch.Generator
+    shard: ColocatedRolloutEngine, base: torch.nn.Module, prompt: list[int], generator: torch.Generator
 ) -> dict[str, float]:
     """A LoRA actor (services/trainer/lora.py) sharded over the ranks: its merged view is what the
     engine loads, and the engine then scores as the merged model does."""
@@ -74,7 +109,7 @@ def main(model_path: str, out: Path) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     config = RolloutConfig(n=1, engine=EngineConfig(dtype="float32", max_model_len=512, kv_cache_gib=0.125))
-    shard = ColocatedShard(model_path, config)
+    shard = ColocatedRolloutEngine(model_path, config, source=RealtimeSource({}))
     try:
         old = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).eval()
         new = copy.deepcopy(old)
@@ -84,11 +119,18 @@ def main(model_path: str, out: Path) -> None:
                 p.add_(0.05 * torch.randn(p.shape, generator=generator))
         actor = fully_shard(copy.deepcopy(new))  # the FSDP actor holding the "updated" weights
         prompt = [11 + rank, 42, 7, 99, 5 + 3 * rank]  # each engine serves requests of its own
+        alone_s = generates_alone(shard, rank, out)
         ids, before = generate(shard, prompt)
         before_gap = (hf_logprobs(old, prompt, ids) - torch.tensor(before)).abs().max().item()
-        slept = shard.sleep()
-        buckets = shard.load_from(weight_buckets(actor, torch.float32, BUCKET_MB))
-        woke = shard.wake_up()
+        phases: list[str] = []
+        slept = shard.hand_back(2, reload=lambda: phases.append("(actor back)"), observe=phases.append)
+        buckets = [0]
+        shard.take_back(
+            counted(weight_buckets(actor, torch.float32, BUCKET_MB), buckets),
+            park_optimizer=lambda: phases.append("(optimizer parked)"),
+            park_actor=lambda: phases.append("(actor parked)"),
+            observe=phases.append,
+        )
         ids, after = generate(shard, prompt)
         weight_version = shard.weight_version
         lora_gaps = load_lora_actor(shard, old, prompt, generator)
@@ -98,10 +140,11 @@ def main(model_path: str, out: Path) -> None:
             "engine_index": shard.engine_index,
             "cores": sorted(os.sched_getaffinity(0)),  # this rank's process, where its shard runs
             "shard_cores": shard.cpu_cores,
-            "buckets": buckets,
+            "buckets": buckets[0],
             "weight_version": weight_version,
             "slept": slept,
-            "woke": woke,
+            "phases": phases,
+            "alone_s": alone_s,
             "gap_before_vs_old": before_gap,
             "gap_after_vs_new": (hf_logprobs(new, prompt, ids) - torch.tensor(after)).abs().max().item(),
             "gap_after_vs_old": (hf_logprobs(old, prompt, ids) - torch.tensor(after)).abs().max().item(),

@@ -1,6 +1,7 @@
 """Colocated placement on CPU: 2 gloo ranks, each hosting a vLLM engine shard in its own process
-(vLLM's external_launcher over the ranks' process group). After a bucketed load from the FSDP2
-parameters, each engine's logprobs are the new weights' (and no longer the old ones')."""
+(vLLM's external_launcher over the ranks' process group), independent of each other. After the loop's
+cycle (the trainer's turn, then a bucketed load from the FSDP2 parameters in the engine's), each
+engine's logprobs are the new weights' (and no longer the old ones')."""
 
 from __future__ import annotations
 
@@ -47,9 +48,18 @@ def test_two_ranks_each_host_an_engine_and_load_their_own_buckets(tmp_path: Path
         assert r["gap_after_vs_new"] < TOLERANCE, r
         assert r["gap_after_vs_old"] > 1e-3, r  # the load took
         assert r["weight_version"] == 1 and r["buckets"] > 10, r
-        assert (r["slept"], r["woke"]) == (False, False), r  # the CPU backend has no sleep mode
+        assert r["slept"] is False, r  # the CPU backend has no sleep mode: the same order, nothing released
+        # the loop's cycle: the trainer's turn, then the engine's, the KV cache last
+        assert r["phases"] == [
+            "sleep", "free_cache", "(actor back)", "reload",
+            "(optimizer parked)", "park_optimizer", "wake_weights", "push", "(actor parked)", "park_actor",
+            "wake_kv_cache",
+        ], r  # fmt: skip
         # a LoRA actor's push: the merged weights by the checkpoint's names, scored as merged
         assert r["gap_lora_vs_merged"] < TOLERANCE and r["gap_lora_vs_base"] > 1e-3, r
+    # engines are independent: rank 0 generated while rank 1 was outside vLLM (in one vLLM data-parallel
+    # group, rank 0's decode steps would have waited for rank 1's for good)
+    assert results[0]["alone_s"] is not None and results[1]["alone_s"] is None
 
 
 class Recorder:
@@ -57,14 +67,17 @@ class Recorder:
     ``calls``; its sleep and wake report success as a GPU engine's would (the CPU backend has no sleep
     mode, so the real engines keep their memory)."""
 
-    def __init__(self, fleet, calls: list[str]) -> None:
-        self.fleet, self.calls = fleet, calls
+    def __init__(self, fleet, calls: list[str], level: int | None) -> None:
+        self.fleet, self.calls, self.level = fleet, calls, level
 
     def rollout(self, *args, **kwargs):
         self.calls.append("generate")
         return self.fleet.rollout(*args, **kwargs)
 
-    def sleep(self, level: int = 1) -> bool:
+    def sleep(self, level: int | None = None) -> bool:
+        level = self.level if level is None else level  # the fleet's own, as the real one does
+        if level is None:
+            return False
         self.calls.append(f"sleep({level})")
         return True
 
@@ -85,6 +98,7 @@ def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path
     real loop and engine; only sleep and wake are recorded instead of sent, which CPU vLLM refuses)."""
     from services.common.synthetic_tasks import make_task_datasets
     from services.common.tiny_models import build_tiny_model
+    from services.rollout.config import sleep_level
     from services.trainer import placement
     from services.trainer.config import load_config
     from services.trainer.loop import run
@@ -112,7 +126,8 @@ def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path
             return update(*args, **kwargs)
 
         group.update = recorded_update
-        return Recorder(start(awake, model_path, group=group, **parts), calls)
+        level = sleep_level(cfg.rollout.engine, "driver")  # what the real fleet would sleep at
+        return Recorder(start(awake, model_path, group=group, **parts), calls, level)
 
     monkeypatch.setattr(placement, "start_fleet", recorded)
     result = run(config)
@@ -124,3 +139,40 @@ def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path
         assert calls[i - 1 : i + 3] == ["sleep(1)", "update", "wake_up", "load"], calls
         assert calls[i - 2] == "generate", calls  # the step's rollout came before the sleep
     assert calls.count("sleep(1)") == calls.count("wake_up") == 2, calls
+
+
+@pytest.mark.parametrize("use_ray", [True, False], ids=["ray", "no-ray"])
+def test_one_rank_hosts_its_engine_with_and_without_ray(tmp_path: Path, use_ray: bool) -> None:
+    """``actor.world_size: 1`` colocated: on Ray the lone rank joins a world of one for its engine (vLLM's
+    external launcher reads RANK and LOCAL_RANK, which a one-rank group never exported before: its
+    start failed); without Ray the engine lives in the trainer's own process beside the actor. Two
+    steps, so the second rollout comes after the cycle's bucketed load, scored as the engine sampled."""
+    from services.common.synthetic_tasks import make_task_datasets
+    from services.common.tiny_models import build_tiny_model
+    from services.trainer.tracking import read_metrics
+
+    data = make_task_datasets(tmp_path / "data", train_videos=4, val_videos=2)
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model")
+    out = tmp_path / "run"
+    values = {
+        "data.train_files": f"[{data['colour_mix']}]", "data.val_files": f"[{data['colour_val']}]",
+        "data.batch_size": 2, "data.video_min_pixels": 3136, "data.video_max_pixels": 3136,
+        "actor.model_path": str(model), "rollout.n": 2, "rollout.placement": "colocated",
+        "trainer.use_ray": str(use_ray).lower(), "trainer.output_dir": str(out), "trainer.total_steps": 2,
+        "trainer.val_freq": 0, "trainer.save_freq": 0, "trainer.loggers": "[jsonl]",
+    }  # fmt: skip
+    command = [sys.executable, "-m", "services.cli", "train", str(ROOT / "examples" / "tiny_cpu.yaml")]
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+    for key in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    done = subprocess.run(
+        [*command, *(f"{k}={v}" for k, v in values.items())], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert "placement colocated" in done.stderr
+    assert ("actor ranks on Ray" in done.stderr) is use_ray
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if r["step"] > 0]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # the engine's weights after the cycle's push are the actor's
+        assert r["actor/rollout_logprob_diff_max"] < 1e-4, r

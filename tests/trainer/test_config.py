@@ -22,6 +22,17 @@ def test_every_shipped_config_loads(path: Path) -> None:
     assert again == config
 
 
+def test_gpu_recipes_decode_with_cuda_graphs() -> None:
+    """``enforce_eager`` defaults to true for CPU engines (vLLM's CPU backend has no CUDA graphs); a
+    recipe for GPUs turns graphs on, unless a reason to stay eager is written beside the setting (and
+    its file is named here)."""
+    eager_with_a_reason: set[str] = set()
+    gpu = [p for p in sorted(EXAMPLES.glob("*.yaml")) if not p.name.startswith("tiny_cpu")]
+    assert len(gpu) >= 4
+    for path in gpu:
+        assert load_config(path).rollout.engine.enforce_eager is (path.name in eager_with_a_reason), path.name
+
+
 def test_seed_paper_recipe() -> None:
     c = load_config(EXAMPLES / "qwen3_vl_8b_grpo.yaml")
     assert (c.algorithm.clip_ratios, c.algorithm.kl.mode.value, c.rollout.n) == ((0.2, 0.28), "off", 8)

@@ -1,6 +1,6 @@
 """Two Ray nodes on this machine (``ray.cluster_utils.Cluster``, 1 CPU each): 2 FSDP ranks of 1 CPU
-cannot share a node, so the placement group spreads them, one per node, each hosting its colocated
-engine. The ranks rendezvous at rank 0's node; the frame store, output folder and checkpoints are one
+cannot share a node, so each node's placement group holds one (``ray_placement``), each rank hosting
+its colocated engine. The ranks rendezvous at rank 0's node; the frame store, output folder and checkpoints are one
 path both nodes see. A second run resumes from the first run's checkpoint on the same two nodes. After
 each step's bucketed load the ranks score the next rollouts as the engines sampled them: the colocated
 placement end to end (on one node the ranks only rendezvous closer)."""
@@ -42,12 +42,12 @@ def test_two_ranks_and_two_engines_on_two_nodes_train_and_resume(tmp_path: Path)
                 "data.train_files": f"[{data['colour_mix']}]", "data.val_files": f"[{data['colour_val']}]",
                 "data.batch_size": 2, "data.video_min_pixels": 3136, "data.video_max_pixels": 3136,
                 "actor.model_path": str(model), "actor.world_size": 2, "rollout.n": 2,
-                "rollout.placement": "colocated", "trainer.use_ray": "true", "trainer.ray_cpus_per_rank": 1,
+                "rollout.placement": "colocated", "trainer.use_ray": "true", "ray_group.cpus_per_rank": 1,
                 "trainer.ray_address": cluster.address, "trainer.output_dir": str(out),
                 "trainer.total_steps": steps, "trainer.val_freq": 0, "trainer.save_freq": 1,
                 "trainer.loggers": "[jsonl]",
                 # validation (before the first step, after the last) on one sample: one engine serves
-                # it and the other, with nothing to do, must still step with it, or it waits for good
+                # it and the other, with nothing to do, is left alone (the engines are independent)
                 "trainer.val_limit": 1, "rollout.engine_timeout_s": 300,
             }  # fmt: skip
             command = [

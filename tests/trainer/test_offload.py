@@ -103,3 +103,38 @@ def test_host_offload_of_fsdp_units_needs_ranks() -> None:
         ActorConfig(model_path="m", offload_params=True)
     ActorConfig(model_path="m", offload_params=True, offload_reference=True, world_size=2)
     ActorConfig(model_path="m", offload_optimizer=True)
+
+
+@pytest.mark.integration
+def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(tmp_path: Path) -> None:
+    """What a colocated rank does around generation (services/trainer/hybrid.py): the optimizer's kinds
+    leave first, then everything; any reader of the group (here the log-prob pass) brings it all back
+    first, and the values are as before. The optimizer state a resume reads from its checkpoint file
+    parks too (torch.load's tensors do not own their bytes; before, parking them raised)."""
+    world = build_world(tmp_path / "world")
+    config = train_config(world)
+    groups = make_groups(world, config.effective_rollout(), [[5, 9], [7, 3]])
+    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
+    try:
+        group.load_batch(list(world.samples[:2]), groups)
+        every = advantages(groups)
+        old = group.log_probs(temperature=1.0)
+        group.update([SequenceTargets(every[i], o) for i, o in zip(group.share, old, strict=True)], **UPDATE)
+        group.save(tmp_path / "ckpt")
+        group.load_optimizer(tmp_path / "ckpt")  # the resumed moments and step counters
+        before = group.log_probs(temperature=1.0)
+        freed = group.offload(["grads", "optimizer"])
+        assert set(freed) == {"grads", "optimizer"} and freed["optimizer"] > 0
+        assert group.parked and not group.actor._host.get("params")  # the weights stay for the push
+        freed = group.offload()
+        assert freed["params"] > 0 and ("reference" in freed) == (group.reference is not None)
+        actor = group.actor
+        assert all(local(p).untyped_storage().nbytes() == 0 for p in actor.model.parameters())
+        after = group.log_probs(temperature=1.0)  # a reader: everything comes back first
+        assert not group.parked
+        assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        assert all(local(t).untyped_storage().nbytes() > 0 for t in optimizer_tensors(actor.optimizer))
+        with pytest.raises(ValueError, match="nothing to offload called"):
+            group.offload(["kv_cache"])
+    finally:
+        group.shutdown()

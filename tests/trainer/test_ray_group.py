@@ -14,7 +14,8 @@ import torch
 
 from services.rollout.checkpoint import Checkpoint
 from services.trainer.group import LocalActorGroup
-from services.trainer.ray_group import engine_cpus, generating_cpus, rank_threads
+from services.trainer.layout import engine_cpus, generating_cpus
+from services.trainer.ray_group import rank_threads
 from services.trainer.sequences import balanced_shares, group_tokens
 from services.trainer.update import SequenceTargets, combine_rank_metrics
 from tests.trainer.actor_steps import UPDATE, advantages, build_world, make_groups, train_config

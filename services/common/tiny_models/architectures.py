@@ -109,11 +109,16 @@ class TinyArchitecture:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
 
-    def config(self, ids: TokenIds, size: str = "tiny") -> PretrainedConfig:
+    def config(self, ids: TokenIds, size: str = "tiny", tied: bool | None = None) -> PretrainedConfig:
         """The tiny config, or one with a real checkpoint's sizes (:data:`REAL_SIZES`; "real" names the
-        family's first listed size). Only dimensions change: token ids, geometry and rope kinds stay."""
+        family's first listed size). Only dimensions change: token ids, geometry and rope kinds stay.
+
+        ``tied``: whether the LM head is the input embeddings' weight (``tie_word_embeddings``, as small
+        Qwen-VL checkpoints have it); None takes the size's own: a real size's ``"tied"`` entry (as its
+        public checkpoint, where this project keeps it), untied otherwise and for the tiny one."""
         if size == "tiny":
-            return self.make_config(ids)
+            config = self.make_config(ids)
+            return _tie(config.to_dict(), True, type(config)) if tied else config
         sizes = REAL_SIZES.get(self.family.name, {})
         name = next(iter(sizes), None) if size == "real" else size
         if name not in sizes:
@@ -129,8 +134,7 @@ class TinyArchitecture:
             **values["text_config"]["rope_parameters"],
             **real.get("rope_parameters", {}),
         }
-        values["tie_word_embeddings"] = values["text_config"]["tie_word_embeddings"] = False
-        return type(self.make_config(ids)).from_dict(values)
+        return _tie(values, real.get("tied", False) if tied is None else tied, type(self.make_config(ids)))
 
     def make_processor(self, tokenizer: Any, chat_template: str) -> ProcessorMixin:
         """Processor with identical image/video normalisation and the family's patch geometry."""
@@ -154,6 +158,13 @@ class TinyArchitecture:
         return self.processor_cls(
             image_processor=image, video_processor=video, tokenizer=tokenizer, chat_template=chat_template
         )
+
+
+def _tie(values: dict[str, Any], tied: bool, cls: type[PretrainedConfig]) -> PretrainedConfig:
+    """A config from ``values`` with its LM head tied or not. Both levels are set: transformers reads
+    the root's ``tie_word_embeddings``, vLLM's language model its text config's."""
+    values["tie_word_embeddings"] = values["text_config"]["tie_word_embeddings"] = tied
+    return cls.from_dict(values)
 
 
 ARCHITECTURES: dict[FamilyName, TinyArchitecture] = {}
@@ -312,6 +323,8 @@ def qwen3_5_config(ids: TokenIds) -> PretrainedConfig:
 
 # The dimensions of public checkpoints (their config.json), for random-weight checkpoints of true size:
 # throughput benchmarks on GPU machines that cannot download weights. Token ids come from the tokenizer.
+# ``"tied": True``: the LM head is the embeddings' weight, as in that checkpoint; a size without it is
+# untied (the 7-9B checkpoints are; the 2B's tie is dropped for the figures measured on it).
 _QWEN2_TEXT_7B = {
     "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
     "num_key_value_heads": 4, "max_position_embeddings": 128000,
@@ -332,7 +345,7 @@ REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
                 "num_heads": 16,
             },
         },
-        # Qwen2-VL-2B-Instruct (2.2B; its embeddings are tied, here untied like every size): a real-size
+        # Qwen2-VL-2B-Instruct (2.2B; its embeddings are tied, here untied like the other sizes): a real-size
         # model that fits three times in a 24 GiB host, as the full push's memory figure needs
         "2b": {
             "vocab_size": 151936,
@@ -390,10 +403,13 @@ REAL_SIZES: dict[FamilyName, dict[str, dict[str, Any]]] = {
                 "fullatt_block_indexes": [7, 15, 23, 31],
             },
         },
-        # Qwen2.5-VL-3B-Instruct (its embeddings are tied, here untied): fp32 master weights, gradients
-        # and AdamW moments (16 bytes a parameter, ~65 GB) fit one H200 beside the activations; the 7B's
+        # Qwen2.5-VL-3B-Instruct, its LM head tied to the embeddings as published (3,754,622,976
+        # parameters, the tied weight counted once): the real-size tied checkpoint, whose push must leave
+        # the head out (tests/trainer/test_weight_buckets.py). Its fp32 master weights, gradients and
+        # AdamW moments (16 bytes a parameter, ~60 GB) fit one H200 beside the activations; the 7B's
         # (~133 GB) do not, so the one-GPU script trains this size
         "3b": {
+            "tied": True,
             "vocab_size": 151936,
             "text_config": {
                 "hidden_size": 2048,

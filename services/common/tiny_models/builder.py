@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForImageTextToText, GenerationConfig
+from transformers import AutoModelForImageTextToText, GenerationConfig, PretrainedConfig
 
 from services.common.tiny_models.architectures import TokenIds, get_architecture
 from services.common.tiny_models.tokenizer import chat_template, real_qwen_tokenizer, trained_tokenizer
@@ -17,8 +17,24 @@ LEGACY_IMAGE_CONFIG = "preprocessor_config.json"
 LEGACY_VIDEO_CONFIG = "video_preprocessor_config.json"
 
 
+def checkpoint_config(
+    family: str, ids: TokenIds, size: str = "tiny", tied: bool | None = None
+) -> PretrainedConfig:
+    """The config :func:`build_tiny_model` writes for these token ids: the architecture's
+    (``TinyArchitecture.config``), declaring bfloat16 at a real size (the weights it writes then)."""
+    config = get_architecture(family).config(ids, size, tied=tied)
+    if size != "tiny":
+        config.dtype = config.text_config.dtype = config.vision_config.dtype = "bfloat16"
+    return config
+
+
 def build_tiny_model(
-    family: str, out: Path, seed: int = 0, real_tokenizer: bool = False, size: str = "tiny"
+    family: str,
+    out: Path,
+    seed: int = 0,
+    real_tokenizer: bool = False,
+    size: str = "tiny",
+    tied: bool | None = None,
 ) -> Path:
     """Write config, fp32 safetensors weights, tokenizer, chat template and processor configs to ``out``.
 
@@ -28,6 +44,8 @@ def build_tiny_model(
 
     ``size`` "real" (or a named size, e.g. "8b"; see ``REAL_SIZES``) builds random bf16 weights with a
     public checkpoint's dimensions and the real Qwen tokenizer: ~16 GB written, ~20 GB of memory.
+    ``tied``: the LM head shares the input embeddings' weight and the files hold no ``lm_head.weight``
+    (None: as the size has it, see ``TinyArchitecture.config``).
     """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -35,10 +53,8 @@ def build_tiny_model(
     arch = get_architecture(family)
     full_size = size != "tiny"
     tokenizer = real_qwen_tokenizer() if real_tokenizer or full_size else trained_tokenizer()
-    config = arch.config(TokenIds.from_tokenizer(tokenizer), size)
+    config = checkpoint_config(family, TokenIds.from_tokenizer(tokenizer), size, tied)
     dtype = torch.bfloat16 if full_size else torch.float32
-    if full_size:
-        config.dtype = config.text_config.dtype = config.vision_config.dtype = "bfloat16"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype)

@@ -40,18 +40,29 @@ def check_size(family: str, size: str) -> None:
 
 
 def make_tiny_model(
-    family: str, out: Path, seed: int = 0, real_tokenizer: bool = False, size: str = "tiny"
+    family: str,
+    out: Path,
+    seed: int = 0,
+    real_tokenizer: bool = False,
+    size: str = "tiny",
+    tied: bool | None = None,
 ) -> Path:
     """Write a tiny random-weight checkpoint of ``family`` to ``out`` and return its path.
 
     ``real_tokenizer`` uses Qwen's real BPE (ids as in real checkpoints, a 151k-row embedding) instead
-    of the small BPE trained on the built-in corpus.
+    of the small BPE trained on the built-in corpus. ``tied``: the LM head shares the input embeddings'
+    weight (None: as the size has it).
     """
-    return build_tiny_model(family, Path(out), seed=seed, real_tokenizer=real_tokenizer, size=size)
+    return build_tiny_model(family, Path(out), seed=seed, real_tokenizer=real_tokenizer, size=size, tied=tied)
 
 
 def make_tiny_model_command(
-    family: str, out: Path, seed: int = 0, real_tokenizer: bool = False, size: str = "tiny"
+    family: str,
+    out: Path,
+    seed: int = 0,
+    real_tokenizer: bool = False,
+    size: str = "tiny",
+    tied: bool | None = None,
 ) -> int:
     """The CLI: the checkpoint path on stdout and 0, or a one-line error on stderr and 2."""
     try:
@@ -60,5 +71,5 @@ def make_tiny_model_command(
     except BadRequest as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(make_tiny_model(family, out, seed=seed, real_tokenizer=real_tokenizer, size=size))
+    print(make_tiny_model(family, out, seed=seed, real_tokenizer=real_tokenizer, size=size, tied=tied))
     return 0
