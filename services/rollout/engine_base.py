@@ -93,6 +93,7 @@ class EngineBase:
         self.weight_version = 0
         self._sleep_level: int | None = None  # level of the current sleep, None when awake
         self._asleep: tuple[str, ...] = ()  # the sleep tags still released (a wake-up may be partial)
+        self._said_no_sleep = False
         self._weights_discarded = False  # by a level-2 sleep, until the next push
         self.checkpoint = Checkpoint.load(model)
         if source is None:
@@ -207,9 +208,11 @@ class EngineBase:
                     "sleep() needs engine.enable_sleep_mode: true (vLLM can release only memory it "
                     "allocated for sleeping)"
                 )
-            log.warning(
+            # once per engine: a colocated CPU engine is asked every step
+            (log.debug if self._said_no_sleep else log.warning)(
                 "sleep(level=%d) is a no-op: vLLM's CPU backend cannot release the KV cache or weights", level
             )
+            self._said_no_sleep = True
             return False
         return True
 

@@ -63,8 +63,9 @@ def check_platform(config: RolloutConfig) -> None:
 
         raise ValueError(
             f"engine.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device, but this vLLM "
-            f"runs on {current_platform.device_type}; set enable_sleep_mode: false (sleep() and wake_up() "
-            "are then no-ops that keep the KV cache and weights in memory)"
+            f"runs on {current_platform.device_type}; leave enable_sleep_mode null (sleep() and wake_up() "
+            "are then no-ops that keep the KV cache and weights in memory; false too, except for colocated "
+            "engines, which refuse it)"
         )
 
 

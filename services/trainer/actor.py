@@ -34,7 +34,7 @@ from services.trainer.algorithms import entropy_from_logits
 from services.trainer.batch import MicroBatch, TokenSequence, collate, pack
 from services.trainer.config import ActorConfig
 from services.trainer.logprobs import scoring_head
-from services.trainer.offload import HostCopies, optimizer_tensors, own_optimizer_state, own_storage
+from services.trainer.offload import HostCopies, local, optimizer_tensors, own_optimizer_state, own_storage
 from services.trainer.sharded_load import empty_model, load_shards
 from services.trainer.sharding import device_mesh
 from services.trainer.shared_vision import shared_vision
@@ -121,7 +121,7 @@ class PolicyModel:
         else:
             model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=stored)
             model.to(self.device)
-            own_storage(model)
+            own_storage(model, self.device)
         if self.lora is not None:
             lora.inject(model, self.lora, self.param_dtype)
         self.hf_config = model.config
@@ -177,7 +177,7 @@ class PolicyModel:
             fully_shard(module, **options)
         fully_shard(model, **options)
         load_shards(model, self.config.model_path, torch.device("cpu") if on_host else self.device)
-        own_storage(model)  # buffers read from a mapped file: parkable (Actor.offload) like the rest
+        own_storage(model, self.device)  # buffers read from a mapped file: parkable (Actor.offload) too
         if on_host and self.device.type != "cpu":  # the buffers (rotary tables) stay with the compute
             for module in model.modules():
                 for name, value in list(module._buffers.items()):
@@ -352,7 +352,13 @@ class PolicyModel:
         unknown = set(kinds or ()) - set(tensors)
         if unknown:
             raise ValueError(f"nothing to offload called {sorted(unknown)}; kinds: {sorted(tensors)}")
-        return {k: self._host.setdefault(k, HostCopies()).park(tensors[k]) for k in (kinds or tensors)}
+        # only what lives on the compute device: shards FSDP already keeps on the host
+        # (actor.offload_params / offload_reference, pinned) would free nothing there and be copied twice
+        here = {
+            k: [t for t in v if t is not None and local(t).device.type == self.device.type]
+            for k, v in tensors.items()
+        }
+        return {k: self._host.setdefault(k, HostCopies()).park(here[k]) for k in (kinds or tensors)}
 
     def reload(self, kinds: Sequence[str] | None = None) -> int:
         """What :meth:`offload` parked (of ``kinds``; None: everything), back where it was, bit for bit;
@@ -623,9 +629,14 @@ class Actor(PolicyModel):
         else:
             log.warning("non-finite gradient norm %s: update skipped", norm_value)
         self.optimizer.zero_grad(set_to_none=True)
+        self.moments_home()
+        return norm_value
+
+    def moments_home(self) -> None:
+        """With ``actor.offload_optimizer``, AdamW's moments back to the host, where they live between
+        optimizer steps (after a step, a checkpoint's read of them, a resume)."""
         if self.config.offload_optimizer:
             self._moments.park(optimizer_tensors(self.optimizer))
-        return norm_value
 
     def parkable(self) -> dict[str, list[torch.Tensor | None]]:
         """The weights, the gradients (if any are held) and AdamW's moments: what a colocated engine's
@@ -638,7 +649,8 @@ class Actor(PolicyModel):
 
     def state(self) -> dict[str, Any]:
         """Optimizer and scheduler state (sharded per rank under FSDP); the moments are brought back
-        from the host first, and stay until the next step parks them."""
+        from the host first: the returned dict holds them, so the caller sends them home
+        (:meth:`moments_home`) once it has written them."""
         self._moments.restore()
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
@@ -647,5 +659,4 @@ class Actor(PolicyModel):
         self.optimizer.load_state_dict(state["optimizer"])
         own_optimizer_state(self.optimizer)  # parkable (offload_optimizer, a colocated engine's turn)
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.config.offload_optimizer:
-            self._moments.park(optimizer_tensors(self.optimizer))
+        self.moments_home()

@@ -535,6 +535,16 @@ def fleet_problems(config: TrainConfig) -> list[str]:
             "generate one at a time (one interpreter), so a fleet gains nothing; drop "
             "rollout.engine.in_process (a fleet's engines run in processes of their own)"
         )
+    engine = rollout.engine
+    if (
+        rollout.placement in ("driver", "disaggregated")
+        and engine.sleep_level
+        and not engine.enable_sleep_mode
+    ):
+        problems.append(
+            f"rollout.engine.sleep_level={engine.sleep_level} with rollout.placement={rollout.placement}: "
+            "engines there sleep only with rollout.engine.enable_sleep_mode: true; set it, or drop sleep_level"
+        )
     if rollout.placement == "colocated" and trainer.off_policy_steps:
         problems.append(
             "trainer.off_policy_steps=1 generates during the update, but colocated engines sleep through it "

@@ -38,14 +38,22 @@ log = logging.getLogger(__name__)
 
 def resident(method: Callable[..., Any]) -> Callable[..., Any]:
     """A group method that reads the actor's (or the reference's) tensors: whatever a colocated engine's
-    generation parked on the host (:meth:`LocalActorGroup.offload`) comes back first. A step's update
-    reloads them in order anyway (``services.rollout.colocated``); this keeps every other reader (a save
-    between steps, a warm start, the push that follows a resume) from reading emptied storages."""
+    generation parked on the host (:meth:`LocalActorGroup.offload`) comes back for the call and leaves
+    again after it, so the engine keeps the room its KV cache was sized for. A step's update reloads
+    them in order anyway (``services.rollout.colocated``); this keeps every other reader (a save
+    between steps, a warm start, a resume's optimizer state) from reading emptied storages."""
 
     @functools.wraps(method)
     def wrapper(self: LocalActorGroup, *args: Any, **kwargs: Any) -> Any:
+        kinds, reference = self.parked_kinds()
         self.resident()
-        return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if kinds:
+                self.actor.offload(kinds)
+            if reference:
+                self.reference.offload()
 
     return wrapper
 
@@ -216,6 +224,7 @@ class LocalActorGroup:
         else:
             self.save_model(folder / ckpt.MODEL_DIR)
         ckpt.save_torch(folder / f"optim_rank{self.rank}.pt", self.actor.state())
+        self.actor.moments_home()  # actor.offload_optimizer: written, so back to the host
 
     @resident
     def save_model(self, folder: Path) -> None:
@@ -255,6 +264,11 @@ class LocalActorGroup:
     @property
     def parked(self) -> bool:
         return self.actor.parked or (self.reference is not None and self.reference.parked)
+
+    def parked_kinds(self) -> tuple[list[str], bool]:
+        """The actor's kinds parked now, and whether the reference is."""
+        kinds = [k for k, copies in self.actor._host.items() if copies.parked]
+        return kinds, self.reference is not None and self.reference.parked
 
     def resident(self) -> None:
         """Everything parked back on the device (a no-op when nothing is)."""

@@ -459,6 +459,10 @@ class Trainer:
         self._batch_ids = [s.sample.id for s in samples]
         with timer("reward"):
             scored = self.score(step, samples, groups)
+            # ReMax's greedy responses, while the engines are still awake (they sleep for the update)
+            baseline = (
+                self._greedy_baseline(samples) if cfg.algorithm.advantage_estimator.value == "remax" else None
+            )
         # Engines on the actor's GPUs give the update their memory back (rollout.engine.sleep_level), and
         # a colocated rank takes its actor back from the host, until the weights are pushed after it.
         sleeping = self.engine.sleep()
@@ -480,7 +484,7 @@ class Trainer:
                 ref = self.group.log_probs(temperature=temperature, reference=True)
 
         with timer("adv"):
-            advantages, adv_metrics = self.advantages(samples, groups, scored, old, ref)
+            advantages, adv_metrics = self.advantages(samples, groups, scored, old, ref, baseline)
         metrics.update(adv_metrics)
         # trainer.rollout_log: every N-th step's first groups to rollouts/ and the trackers
         self.rollout_log.write(step, samples, groups, scored, advantages, timer=timer)
@@ -580,9 +584,11 @@ class Trainer:
     def score(self, step: int, samples: Sequence[TrainSample], groups: Sequence[RolloutGroup]) -> Scored:
         return score_groups(self.reward_client, step, samples, groups)
 
-    def advantages(self, samples, groups, scored: Scored, old, ref) -> tuple[list[torch.Tensor], dict]:
+    def advantages(
+        self, samples, groups, scored: Scored, old, ref, baseline=None
+    ) -> tuple[list[torch.Tensor], dict]:
+        """``baseline``: ReMax's greedy rewards per response (``_greedy_baseline``), None otherwise."""
         algo = self.config.algorithm
-        baseline = self._greedy_baseline(samples) if algo.advantage_estimator.value == "remax" else None
         advantages, metrics = step_advantages(
             algo, groups, scored, old, ref, self.kl_controller.coef, baseline
         )

@@ -98,17 +98,25 @@ class HostCopies:
         return total
 
 
-def own_storage(model: torch.nn.Module) -> None:
-    """Give every parameter and buffer whose bytes are not its own (``from_pretrained`` on the CPU, and
-    the sharded load's buffers, map the checkpoint file: such storages cannot be resized, so neither
-    parked nor freed) a storage of its own. A tied parameter is one object: it stays tied."""
+def own_storage(model: torch.nn.Module, device: torch.device | str | None = None) -> None:
+    """Give every parameter and buffer on ``device`` (None: anywhere) whose bytes are not its own
+    (``from_pretrained`` on the CPU, and the sharded load's buffers, map the checkpoint file: such
+    storages cannot be resized, so neither parked nor freed) a storage of its own. A tied parameter is
+    one object: it stays tied. Shards FSDP keeps pinned on the host for a GPU are left alone: pinned
+    memory is never resizable, nothing parks them, and a clone would lose the pinning."""
+    here = None if device is None else torch.device(device)
+
+    def owned(tensor: torch.Tensor) -> bool:
+        data = local(tensor)
+        return (here is not None and data.device.type != here.type) or data.untyped_storage().resizable()
+
     with torch.no_grad():
         for param in model.parameters():
-            if not local(param).untyped_storage().resizable():
+            if not owned(param):
                 param.data = param.data.clone()
         for module in model.modules():
             for name, value in list(module._buffers.items()):
-                if value is not None and not value.untyped_storage().resizable():
+                if value is not None and not owned(value):
                     module._buffers[name] = value.clone()
 
 

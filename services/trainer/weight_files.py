@@ -205,4 +205,8 @@ def raw_bytes(flat: torch.Tensor) -> memoryview:
     nbytes = flat.numel() * flat.element_size()
     if nbytes == 0:
         return memoryview(b"")
-    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
+    if not flat.is_contiguous() or flat.device.type != "cpu":
+        raise ValueError("raw_bytes reads a contiguous CPU tensor")
+    array = (ctypes.c_char * nbytes).from_address(flat.data_ptr())
+    array._owner = flat  # the view keeps the array, the array keeps the tensor's bytes alive
+    return memoryview(array).cast("B")

@@ -120,6 +120,12 @@ def test_colocated_engines_must_sleep_and_sleep_at_level_2_unless_told() -> None
         config(rollout={"engine": {"enable_sleep_mode": False, "sleep_level": 2}})
     with pytest.raises(ConfigError, match=r"sleep_level"):
         config(rollout={"engine": {"sleep_level": 3}})
+    # a level where nothing sleeps would be ignored without a word
+    with pytest.raises(
+        ConfigError, match=r"sleep_level=2 with rollout.placement=driver: .*enable_sleep_mode: true"
+    ):
+        config(rollout={"placement": "driver", "engine": {"sleep_level": 2}})
+    config(rollout={"placement": "driver", "engine": {"sleep_level": 2, "enable_sleep_mode": True}})
     engine = EngineConfig()
     assert engine.enable_sleep_mode is None and engine.sleep_level is None
     # colocated: the push replaces every weight, so nothing is kept (2); elsewhere a sleeping engine

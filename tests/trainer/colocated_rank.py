@@ -24,6 +24,16 @@ BUCKET_MB = 1 / 32  # 32 KiB: many buckets, layers split across them
 ALONE_S = 120.0  # how long rank 1 waits for rank 0 to generate alone
 
 
+def torchrun(module: str, model: Path, out: Path) -> list[str]:
+    """The command that runs the rank script ``module`` on 2 gloo ranks of this machine."""
+    from tests.trainer.actor_steps import free_port
+
+    return [
+        str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+        "--master_port", str(free_port()), "-m", module, str(model), str(out),
+    ]  # fmt: skip
+
+
 def counted(weights: WeightBuckets, seen: list[int]) -> WeightBuckets:
     """``weights`` whose passes count their buckets into ``seen``."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.rollout.environment import core_share
-from tests.trainer.actor_steps import free_port
+from tests.trainer.colocated_rank import torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +29,7 @@ def test_two_ranks_each_host_an_engine_and_load_their_own_buckets(tmp_path: Path
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model")
     out = tmp_path / "out"
     out.mkdir()
-    torchrun = Path(sys.executable).with_name("torchrun")
-    command = [
-        str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        "-m", "tests.trainer.colocated_rank", str(model), str(out),
-    ]  # fmt: skip
+    command = torchrun("tests.trainer.colocated_rank", model, out)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
@@ -69,8 +65,11 @@ class Recorder:
 
     def __init__(self, fleet, calls: list[str], level: int | None) -> None:
         self.fleet, self.calls, self.level = fleet, calls, level
+        self.asleep = False
 
     def rollout(self, *args, **kwargs):
+        if self.asleep:  # as a sleeping GPU engine refuses
+            raise RuntimeError("cannot generate: the engine is asleep")
         self.calls.append("generate")
         return self.fleet.rollout(*args, **kwargs)
 
@@ -79,10 +78,12 @@ class Recorder:
         if level is None:
             return False
         self.calls.append(f"sleep({level})")
+        self.asleep = True
         return True
 
     def wake_up(self) -> bool:
         self.calls.append("wake_up")
+        self.asleep = False
         return True
 
     def push_weights(self, weights) -> float:
@@ -93,9 +94,14 @@ class Recorder:
         return getattr(self.fleet, name)
 
 
-def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("estimator", ["grpo", "remax"])
+def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(
+    tmp_path: Path, monkeypatch, estimator
+) -> None:
     """With ``engine.enable_sleep_mode``, each step runs generate → sleep → update → wake → load (the
-    real loop and engine; only sleep and wake are recorded instead of sent, which CPU vLLM refuses)."""
+    real loop and engine; only sleep and wake are recorded instead of sent, which CPU vLLM refuses).
+    ReMax's greedy baseline is generated before the engines sleep (it was generated after, which a
+    sleeping engine refuses: every colocated GPU run with ReMax failed its first step)."""
     from services.common.synthetic_tasks import make_task_datasets
     from services.common.tiny_models import build_tiny_model
     from services.rollout.config import sleep_level
@@ -110,8 +116,10 @@ def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path
         "data.batch_size": 2, "data.video_min_pixels": 3136, "data.video_max_pixels": 3136,
         "actor.model_path": str(model), "rollout.n": 2, "rollout.engine.enable_sleep_mode": "true",
         "trainer.output_dir": str(tmp_path / "run"), "trainer.total_steps": 2, "trainer.val_freq": 0,
-        "trainer.save_freq": 0, "trainer.loggers": "[jsonl]",
+        "trainer.save_freq": 0, "trainer.loggers": "[jsonl]", "algorithm.advantage_estimator": estimator,
     }  # fmt: skip
+    if estimator == "remax":
+        values["rollout.greedy_baseline"] = "true"
     config = load_config(ROOT / "examples" / "tiny_cpu.yaml", [f"{k}={v}" for k, v in values.items()])
     calls: list[str] = []
     start = placement.start_fleet
@@ -137,7 +145,7 @@ def test_the_loop_sleeps_for_the_update_and_wakes_before_the_load(tmp_path: Path
     assert len(updates) == 2, calls
     for i in updates:
         assert calls[i - 1 : i + 3] == ["sleep(1)", "update", "wake_up", "load"], calls
-        assert calls[i - 2] == "generate", calls  # the step's rollout came before the sleep
+        assert calls[i - 2] == "generate", calls  # the step's rollout (and ReMax's) came before the sleep
     assert calls.count("sleep(1)") == calls.count("wake_up") == 2, calls
 
 

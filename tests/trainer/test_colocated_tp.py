@@ -11,14 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from services.rollout.environment import core_share
-from tests.trainer.actor_steps import free_port
+from tests.trainer.colocated_rank import torchrun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOLERANCE = 1e-4  # as tests/trainer/test_colocated.py (TP 1)
@@ -38,11 +37,7 @@ def test_two_ranks_host_one_tp2_engine_and_each_loads_its_slice(tmp_path: Path) 
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model")
     out = tmp_path / "out"
     out.mkdir()
-    torchrun = Path(sys.executable).with_name("torchrun")
-    command = [
-        str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        "-m", "tests.trainer.colocated_tp_rank", str(model), str(out),
-    ]  # fmt: skip
+    command = torchrun("tests.trainer.colocated_tp_rank", model, out)
     started = time.time() - 1.0  # file times come from a coarser clock
     proc = subprocess.Popen(
         command, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

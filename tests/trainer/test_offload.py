@@ -108,9 +108,10 @@ def test_host_offload_of_fsdp_units_needs_ranks() -> None:
 @pytest.mark.integration
 def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(tmp_path: Path) -> None:
     """What a colocated rank does around generation (services/trainer/hybrid.py): the optimizer's kinds
-    leave first, then everything; any reader of the group (here the log-prob pass) brings it all back
-    first, and the values are as before. The optimizer state a resume reads from its checkpoint file
-    parks too (torch.load's tensors do not own their bytes; before, parking them raised)."""
+    leave first, then everything; any reader of the group (the log-prob pass, a save) brings it all
+    back for the call, with the values as before, and parks it again after. The optimizer state a
+    resume reads from its checkpoint file parks too (torch.load's tensors do not own their bytes;
+    before, parking them raised)."""
     world = build_world(tmp_path / "world")
     config = train_config(world)
     groups = make_groups(world, config.effective_rollout(), [[5, 9], [7, 3]])
@@ -130,11 +131,67 @@ def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(
         assert freed["params"] > 0 and ("reference" in freed) == (group.reference is not None)
         actor = group.actor
         assert all(local(p).untyped_storage().nbytes() == 0 for p in actor.model.parameters())
-        after = group.log_probs(temperature=1.0)  # a reader: everything comes back first
-        assert not group.parked
+        kinds = group.parked_kinds()
+        after = group.log_probs(temperature=1.0)  # a reader: everything comes back for it, then leaves
         assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        assert group.parked_kinds() == kinds  # the engine keeps the room its KV cache was sized for
+        group.save(tmp_path / "again")  # so does a save between steps
+        assert group.parked_kinds() == kinds and (tmp_path / "again" / "optim_rank0.pt").exists()
+        assert all(local(p).untyped_storage().nbytes() == 0 for p in actor.model.parameters())
+        group.reload()
+        assert not group.parked
         assert all(local(t).untyped_storage().nbytes() > 0 for t in optimizer_tensors(actor.optimizer))
         with pytest.raises(ValueError, match="nothing to offload called"):
             group.offload(["kv_cache"])
+    finally:
+        group.shutdown()
+
+
+def test_only_what_lives_on_the_compute_device_is_parked() -> None:
+    """Shards FSDP keeps on the host for a GPU (``actor.offload_params``, pinned: never resizable) are
+    neither parked (nothing would be freed, and parking one raised) nor given a storage of their own
+    (a clone would lose the pinning); on the compute device a mapped storage is replaced, then parks."""
+    import numpy as np
+
+    from services.trainer.actor import PolicyModel
+    from services.trainer.offload import own_storage
+
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.data = torch.from_numpy(np.ones((2, 2), dtype=np.float32))  # not resizable
+    policy = object.__new__(PolicyModel)
+    policy.model, policy._host = model, {}
+    policy.device = torch.device("cuda")  # the model is on the CPU: the "host" of a GPU rank
+    own_storage(model, policy.device)
+    assert not model.weight.untyped_storage().resizable()  # left alone
+    assert policy.offload() == {"params": 0} and not policy.parked
+    policy.device = torch.device("cpu")  # now the model is on the compute device
+    with pytest.raises(ValueError, match="does not own its bytes"):
+        policy.offload()
+    own_storage(model, policy.device)
+    assert model.weight.untyped_storage().resizable()
+    assert policy.offload()["params"] == (4 + 2) * 4 and policy.parked
+    assert policy.reload() == (4 + 2) * 4 and torch.equal(model.weight, torch.ones(2, 2))
+
+
+@pytest.mark.integration
+def test_moments_kept_on_the_host_go_back_after_a_save(tmp_path: Path) -> None:
+    """``actor.offload_optimizer``: a checkpoint reads the moments (on the device for the read); they go
+    back to the host once written, instead of staying until the next step."""
+    world = build_world(tmp_path / "world")
+    config = train_config(world, offload_optimizer=True)
+    groups = make_groups(world, config.effective_rollout(), [[5, 9], [7, 3]])
+    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
+    try:
+        group.load_batch(list(world.samples[:2]), groups)
+        every = advantages(groups)
+        old = group.log_probs(temperature=1.0)
+        group.update([SequenceTargets(every[i], o) for i, o in zip(group.share, old, strict=True)], **UPDATE)
+        assert group.actor._moments.parked
+        group.save(tmp_path / "ckpt")
+        assert group.actor._moments.parked
+        saved = torch.load(tmp_path / "ckpt" / "optim_rank0.pt", weights_only=True)
+        moments = [v for st in saved["optimizer"]["state"].values() for k, v in st.items() if k == "exp_avg"]
+        assert moments and all(m.numel() > 0 and m.abs().sum() > 0 for m in moments)  # written whole
     finally:
         group.shutdown()
