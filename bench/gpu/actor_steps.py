@@ -11,7 +11,7 @@ engine could have sampled), the advantages +1/-1 by response. Per step it measur
 - precision at true scale: the share of weight elements the update moved in the fp32 master, the share
   whose bf16 copy (what the engine is sent) changed, and the share a bf16 master would have moved,
   stepping its own rounded copy by the same update (:func:`bf16_master_step`);
-- the colocated push's bucket stream (``group_stream`` on the device, as ``ColocatedShard.load_from``
+- the colocated push's bucket stream (``group_stream`` on the device, as ``ColocatedRolloutEngine.load_from``
   reads it), the weight group's packed buckets (``packed_buckets``) and a full bf16 state dict: seconds
   and peak extra device memory of each;
 - the update's peak device memory, allocated and reserved by the caching allocator (fragmentation
