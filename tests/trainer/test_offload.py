@@ -5,7 +5,10 @@ between steps change nothing either. (Two FSDP ranks with the shards on the host
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -105,15 +108,11 @@ def test_host_offload_of_fsdp_units_needs_ranks() -> None:
     ActorConfig(model_path="m", offload_optimizer=True)
 
 
-@pytest.mark.integration
-def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(tmp_path: Path) -> None:
-    """What a colocated rank does around generation (services/trainer/hybrid.py): the optimizer's kinds
-    leave first, then everything; any reader of the group (the log-prob pass, a save) brings it all
-    back for the call, with the values as before, and parks it again after. The optimizer state a
-    resume reads from its checkpoint file parks too (torch.load's tensors do not own their bytes;
-    before, parking them raised)."""
+@contextlib.contextmanager
+def updated_group(tmp_path: Path, **actor: Any) -> Iterator[LocalActorGroup]:
+    """A one-rank group of the test world after one update on a batch of two groups."""
     world = build_world(tmp_path / "world")
-    config = train_config(world)
+    config = train_config(world, **actor)
     groups = make_groups(world, config.effective_rollout(), [[5, 9], [7, 3]])
     group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
     try:
@@ -121,6 +120,19 @@ def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(
         every = advantages(groups)
         old = group.log_probs(temperature=1.0)
         group.update([SequenceTargets(every[i], o) for i, o in zip(group.share, old, strict=True)], **UPDATE)
+        yield group
+    finally:
+        group.shutdown()
+
+
+@pytest.mark.integration
+def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(tmp_path: Path) -> None:
+    """What a colocated rank does around generation (services/trainer/hybrid.py): the optimizer's kinds
+    leave first, then everything; any reader of the group (the log-prob pass, a save) brings it all
+    back for the call, with the values as before, and parks it again after. The optimizer state a
+    resume reads from its checkpoint file parks too (torch.load's tensors do not own their bytes;
+    before, parking them raised)."""
+    with updated_group(tmp_path) as group:
         group.save(tmp_path / "ckpt")
         group.load_optimizer(tmp_path / "ckpt")  # the resumed moments and step counters
         before = group.log_probs(temperature=1.0)
@@ -143,8 +155,6 @@ def test_a_parked_group_comes_back_for_any_reader_and_a_resumed_optimizer_parks(
         assert all(local(t).untyped_storage().nbytes() > 0 for t in optimizer_tensors(actor.optimizer))
         with pytest.raises(ValueError, match="nothing to offload called"):
             group.offload(["kv_cache"])
-    finally:
-        group.shutdown()
 
 
 def test_only_what_lives_on_the_compute_device_is_parked() -> None:
@@ -178,20 +188,10 @@ def test_only_what_lives_on_the_compute_device_is_parked() -> None:
 def test_moments_kept_on_the_host_go_back_after_a_save(tmp_path: Path) -> None:
     """``actor.offload_optimizer``: a checkpoint reads the moments (on the device for the read); they go
     back to the host once written, instead of staying until the next step."""
-    world = build_world(tmp_path / "world")
-    config = train_config(world, offload_optimizer=True)
-    groups = make_groups(world, config.effective_rollout(), [[5, 9], [7, 3]])
-    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
-    try:
-        group.load_batch(list(world.samples[:2]), groups)
-        every = advantages(groups)
-        old = group.log_probs(temperature=1.0)
-        group.update([SequenceTargets(every[i], o) for i, o in zip(group.share, old, strict=True)], **UPDATE)
+    with updated_group(tmp_path, offload_optimizer=True) as group:
         assert group.actor._moments.parked
         group.save(tmp_path / "ckpt")
         assert group.actor._moments.parked
         saved = torch.load(tmp_path / "ckpt" / "optim_rank0.pt", weights_only=True)
         moments = [v for st in saved["optimizer"]["state"].values() for k, v in st.items() if k == "exp_avg"]
         assert moments and all(m.numel() > 0 and m.abs().sum() > 0 for m in moments)  # written whole
-    finally:
-        group.shutdown()
