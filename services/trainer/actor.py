@@ -113,11 +113,22 @@ class PolicyModel:
         # reference is; only the adapters are trained, in param_dtype
         self.lora = config.lora if trainable else None
         if self.lora is not None:
-            lora.check_quantize(self.lora, self.device)
+            lora.check_quantize(self.lora, self.device, self.world_size)
         stored = self.compute_dtype if self.lora is not None else self.param_dtype
         self.processor = AutoProcessor.from_pretrained(config.model_path)
         if self.world_size > 1:  # parameters on meta until each rank reads its shards (_shard)
             model = empty_model(config.model_path, stored)
+        elif self.lora is not None and self.lora.quantize:
+            # QLoRA: the language model's linear layers in NF4 on the device as they load, the rest
+            # (vision tower, embeddings, head, norms) in the compute dtype
+            model = AutoModelForImageTextToText.from_pretrained(
+                config.model_path,
+                dtype=stored,
+                quantization_config=lora.quantization(self.compute_dtype),
+                device_map={"": _device_index(self.device)},
+            )
+            lora.one_layout(model)
+            own_storage(model, self.device)
         else:
             model = AutoModelForImageTextToText.from_pretrained(config.model_path, dtype=stored)
             model.to(self.device)
@@ -447,7 +458,13 @@ class PolicyModel:
             saved_dtype = dtype or (self.param_dtype if self.lora is None else self.compute_dtype)
             self.hf_config.dtype = str(saved_dtype).removeprefix("torch.")
             self.hf_config.architectures = [type(self.model).__name__.removeprefix("FSDP")]
-            self.hf_config.save_pretrained(tmp)
+            # QLoRA: the weights are written dequantised, so the config must not announce 4-bit ones
+            quantized = self.hf_config.__dict__.pop("quantization_config", None)
+            try:
+                self.hf_config.save_pretrained(tmp)
+            finally:
+                if quantized is not None:
+                    self.hf_config.quantization_config = quantized
             if self.model.can_generate():
                 self.model.generation_config.save_pretrained(tmp)
             self.processor.save_pretrained(tmp)
@@ -538,6 +555,14 @@ def _eval_mode(model: Any) -> Iterator[None]:
         model.train(was)
 
 
+def _device_index(device: torch.device) -> int | str:
+    """``device`` as a ``device_map`` names it: a CUDA device by its index (the current one when it
+    names none), another by its type."""
+    if device.type == "cuda":
+        return torch.cuda.current_device() if device.index is None else device.index
+    return device.type
+
+
 def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """``value`` in ``dtype`` when it is floating (integer buffers keep theirs)."""
     if dtype is None or not value.is_floating_point() or value.dtype == dtype:
@@ -555,7 +580,7 @@ def _full(value: torch.Tensor) -> torch.Tensor:
     """The whole of a state-dict tensor: a sharded one (DTensor) all-gathered, which every rank must do.
     A shard kept on the host (``actor.offload_params``) travels through the collective's device:
     NCCL gathers CUDA tensors only."""
-    if isinstance(value, lora.MergedWeight):  # W + scale·B·A, each part gathered as below
+    if isinstance(value, lora.MergedWeight | lora.Dequantized):  # W + scale·B·A / a 4-bit W unpacked
         return value.full_tensor(_full)
     if not hasattr(value, "full_tensor"):
         return value.detach()

@@ -107,7 +107,9 @@ class LoraConfig(_Section):
         False, description="adapt the vision tower's blocks too (their attention's qkv/proj and MLP)"
     )
     quantize: Literal["4bit"] | None = Field(
-        None, description="QLoRA: the frozen base in 4-bit NF4 (bitsandbytes, on a CUDA GPU only)"
+        None,
+        description="QLoRA: the language model's frozen linear layers in 4-bit NF4 (bitsandbytes; CUDA or "
+        "CPU; actor.world_size 1)",
     )
 
 
@@ -234,6 +236,16 @@ class ActorConfig(_Section):
             )
         if u > 1 and not self.padding_free:
             raise ValueError(f"actor.ulysses_size={u} splits packed rows: set actor.padding_free: true")
+        return self
+
+    @model_validator(mode="after")
+    def _qlora_one_rank(self) -> ActorConfig:
+        if self.lora is not None and self.lora.quantize and self.world_size > 1:
+            raise ValueError(
+                f"actor.lora.quantize={self.lora.quantize} runs on one rank (actor.world_size: 1), not "
+                f"{self.world_size}: FSDP2 cannot shard bitsandbytes' packed 4-bit weights with their "
+                "quantisation state; use plain LoRA (quantize: null) across ranks"
+            )
         return self
 
     @model_validator(mode="after")

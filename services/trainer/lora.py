@@ -17,6 +17,11 @@ base weights frozen, only the adapters trained.
   for, one tensor at a time, in fp32 and cast back), the adapters left out. The push, the bucket
   streams and ``save_pretrained`` read this instead of ``state_dict()``, so vLLM loads a plain
   checkpoint-shaped model; nothing in the rollout engine knows about LoRA.
+- **QLoRA** (``actor.lora.quantize: 4bit``; :func:`check_quantize`, :func:`quantization`): the
+  language model's linear layers load in bitsandbytes' NF4, everything in :data:`UNQUANTISED` and the
+  embeddings in the compute dtype; peft wraps the 4-bit layers as it wraps plain ones. The merged view
+  gives each 4-bit weight as :class:`Dequantized` (its true shape, never the packed one), so the push,
+  ``model/`` and export carry plain tensors. One rank only (why: :func:`check_quantize`).
 
 Why sharded adapters, not replicated: FSDP2 then reduces their gradients with the rest, every rank
 steps 1/N of their AdamW state, and checkpoints, offload and the optimizer need no second path; a
@@ -101,20 +106,80 @@ def inject(model: Any, lora: Any, dtype: torch.dtype) -> list[str]:
     return adapted
 
 
-def check_quantize(lora: Any, device: torch.device) -> None:
-    """QLoRA (``actor.lora.quantize: 4bit``) needs bitsandbytes' 4-bit kernels on a CUDA GPU; anywhere
-    else it is refused with the reason rather than silently trained unquantised."""
+#: what QLoRA leaves unquantised besides the embeddings (never a Linear): the vision tower (its own
+#: few hundred million parameters see every video patch, and its mergers feed the language model) and
+#: the LM head (QLoRA's rule: the head's logits are the policy's log-probs); module-path prefixes, as
+#: transformers' ``llm_int8_skip_modules`` matches them
+UNQUANTISED = ("model.visual", "lm_head")
+
+
+def check_quantize(lora: Any, device: torch.device, world_size: int = 1) -> None:
+    """QLoRA (``actor.lora.quantize: 4bit``) runs where bitsandbytes' NF4 kernels do: one tiny tensor is
+    quantised and dequantised on ``device`` (CUDA, and the CPU since bitsandbytes 0.49), and anything
+    that fails is refused with the reason rather than trained unquantised. One rank only: FSDP2 would
+    shard bitsandbytes' packed ``Params4bit`` as plain bytes and lose their quantisation state."""
     if lora.quantize is None:
         return
-    if device.type != "cuda":
+    if world_size > 1:
         raise ValueError(
-            f"actor.lora.quantize={lora.quantize}: bitsandbytes' 4-bit NF4 kernels run on CUDA GPUs, not "
-            f"on {device.type}; drop quantize (plain LoRA) on this machine"
+            f"actor.lora.quantize={lora.quantize} runs on one rank (actor.world_size: 1), not {world_size}: "
+            "FSDP2 cannot shard bitsandbytes' packed 4-bit weights with their quantisation state; use plain "
+            "LoRA (quantize: null) across ranks"
         )
-    raise ValueError(
-        f"actor.lora.quantize={lora.quantize}: QLoRA is not built yet (the base would load through "
-        "bitsandbytes, which is not a dependency); use plain LoRA (quantize: null)"
+    try:
+        import bitsandbytes.functional as bnb
+    except ImportError as exc:
+        raise ValueError(
+            f"actor.lora.quantize={lora.quantize} needs bitsandbytes (pinned in the trainer extra; run "
+            f"scripts/bootstrap.sh): {exc}"
+        ) from exc
+    probe = torch.linspace(-1.0, 1.0, 64 * 64, device=device).reshape(64, 64)
+    try:
+        packed, state = bnb.quantize_4bit(probe, quant_type="nf4")
+        # NF4's widest gap between levels is 0.304 of a block's absmax (1 here): no value moves more
+        # than half of it
+        error = float((bnb.dequantize_4bit(packed, state).float() - probe).abs().max())
+    except (RuntimeError, NotImplementedError) as exc:
+        raise ValueError(
+            f"actor.lora.quantize={lora.quantize}: bitsandbytes' 4-bit NF4 kernels do not run on "
+            f"{device.type} here ({type(exc).__name__}: {exc}); drop quantize (plain LoRA) on this machine"
+        ) from exc
+    if not error <= 0.16:
+        raise ValueError(
+            f"actor.lora.quantize={lora.quantize}: bitsandbytes' NF4 round trip on {device.type} is off by "
+            f"{error:g} (at most 0.152 expected); drop quantize (plain LoRA) on this machine"
+        )
+
+
+def quantization(compute_dtype: torch.dtype) -> Any:
+    """transformers' ``BitsAndBytesConfig`` of QLoRA: every linear layer of the language model in NF4
+    (4-bit NormalFloat, blocks of 64 with an fp32 absmax each), dequantised to ``compute_dtype`` for each
+    matmul; :data:`UNQUANTISED` and the embeddings stay in ``compute_dtype``."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_use_double_quant=False,
+        llm_int8_skip_modules=list(UNQUANTISED),
     )
+
+
+def one_layout(model: Any) -> None:
+    """Keep every 4-bit weight of ``model`` in NF4's one packed layout: on a CPU with AVX512-BF16,
+    bitsandbytes repacks a weight in place for its inference kernel on the first eval forward without
+    gradients (``packing_format_for_cpu``; scoring is one), a layout its training matmul fails on and
+    ``dequantize_4bit`` (the push) does not read. Switched off per layer, so scoring, the update and the
+    push all read the same bytes."""
+    for module in model.modules():
+        if is_4bit(module._parameters.get("weight")) and hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
+
+
+def is_4bit(tensor: Any) -> bool:
+    """Whether ``tensor`` is a bitsandbytes 4-bit weight (packed bytes plus its ``quant_state``)."""
+    return getattr(tensor, "quant_state", None) is not None
 
 
 def _is_lora(module: Any) -> bool:
@@ -200,15 +265,16 @@ def adapters_disabled(model: Any) -> Iterator[None]:
 class MergedWeight:
     """An adapted weight as the engine must see it, W + scale · B·A, made when :meth:`full_tensor` is
     called (every rank must call it together when the tensors are sharded: it gathers W, A and B).
-    Knows its shape and dtype without gathering (a push's manifest)."""
+    Knows its shape and dtype without gathering (a push's manifest). W may be a :class:`Dequantized`
+    4-bit base (QLoRA)."""
 
-    def __init__(self, base: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
+    def __init__(self, base: Any, a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
         self.base, self.a, self.b, self.scale = base, a, b, float(scale)
         self.shape, self.dtype = base.shape, base.dtype
 
     def full_tensor(self, gather: Any = None) -> torch.Tensor:
-        """``gather``: how each part is made whole (default: ``full_tensor()`` of a DTensor, a plain
-        tensor as it is)."""
+        """``gather``: how each part is made whole (default: ``full_tensor()`` of a DTensor or a
+        :class:`Dequantized`, a plain tensor as it is)."""
         gather = gather or _whole
         with torch.no_grad():
             base = gather(self.base).detach()
@@ -216,19 +282,52 @@ class MergedWeight:
             return (base.float() + self.scale * delta).to(base.dtype)
 
 
-def _whole(tensor: torch.Tensor) -> torch.Tensor:
+class Dequantized:
+    """A 4-bit NF4 base weight (bitsandbytes' ``Params4bit``: packed bytes of shape (out·in/2, 1) and a
+    ``quant_state``) as the engine and a checkpoint must see it: the (out, in) tensor in the dtype it was
+    quantised from, made when :meth:`full_tensor` is called. ``shape`` and ``dtype`` are the true ones
+    (the push's manifest and ``save_plan`` read them), never the packed ones."""
+
+    def __init__(self, param: torch.Tensor) -> None:
+        self.param = param
+        state = param.quant_state
+        self.shape, self.dtype = torch.Size(state.shape), state.dtype
+
+    def full_tensor(self, gather: Any = None) -> torch.Tensor:
+        """The dequantised weight (one rank: nothing to gather, ``gather`` is not used)."""
+        from bitsandbytes.functional import dequantize_4bit
+
+        with torch.no_grad():
+            return dequantize_4bit(self.param.data, self.param.quant_state).to(self.dtype)
+
+
+def _whole(tensor: Any) -> torch.Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def merged_state(model: Any) -> dict[str, Any]:
     """``model``'s state dict under its names before injection: each LoRA layer's ``base_layer.weight``
     as a :class:`MergedWeight` named ``….weight``, its base bias as ``….bias``, the adapters left out;
-    every other tensor as it is. The order is the state dict's (a layer's tensors together)."""
+    every other tensor as it is. A 4-bit weight (QLoRA) is its :class:`Dequantized` view, and the
+    quantisation state bitsandbytes adds to the state dict (``….weight.absmax``, ``.quant_map``,
+    ``.quant_state.bitsandbytes__nf4``) is left out. The order is the state dict's (a layer's tensors
+    together)."""
     layers = dict(lora_layers(model))
+    quantized = {
+        name: m._parameters["weight"]
+        for name, m in model.named_modules()
+        if is_4bit(m._parameters.get("weight"))
+    }
     out: dict[str, Any] = {}
     for key, value in model.state_dict().items():
         if is_adapter(key):
             continue
+        if quantized:
+            holder, dot_weight, rest = key.partition(".weight")
+            if dot_weight and holder in quantized:
+                if rest:  # the packed weight's quantisation state: in no checkpoint
+                    continue
+                value = Dequantized(quantized[holder])
         if BASE + "." not in key:
             out[key] = value
             continue
@@ -256,13 +355,17 @@ def adapter_state(model: Any) -> dict[str, torch.Tensor]:
 def push_state(model: Any) -> dict[str, Any]:
     """What a push or a checkpoint's ``model/`` reads of ``model``: its state dict, or, with adapters,
     the merged view (:func:`merged_state`), a tied weight once (:func:`tied_copies` left out)."""
-    state = merged_state(model) if has_adapters(model) else model.state_dict()
+    state = merged_state(model) if has_adapters(model) or _quantized(model) else model.state_dict()
     # A tied LM head (``tie_word_embeddings``) is the input embeddings' tensor under a second name. The
     # engine ties it itself (vLLM builds its head on the embeddings' storage, which loading the
     # embeddings fills) and a checkpoint's files leave it out, so carrying it would only all-gather the
     # largest tensor of a small model a second time and send its bytes twice.
     copies = tied_copies(model)
     return {k: v for k, v in state.items() if k not in copies} if copies else state
+
+
+def _quantized(model: Any) -> bool:
+    return any(is_4bit(p) for p in model.parameters())
 
 
 def tied_copies(model: Any) -> frozenset[str]:

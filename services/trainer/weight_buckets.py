@@ -118,9 +118,10 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor: gathered from every rank for a DTensor (a collective), itself otherwise."""
     from torch.distributed.tensor import DTensor
 
-    from services.trainer.lora import MergedWeight
+    from services.trainer.lora import Dequantized, MergedWeight
 
-    if isinstance(tensor, DTensor | MergedWeight):  # a LoRA weight merges its gathered parts
+    # a LoRA weight merges its gathered parts; a 4-bit one (QLoRA) is unpacked
+    if isinstance(tensor, DTensor | MergedWeight | Dequantized):
         return tensor.full_tensor()
     return tensor
 

@@ -9,8 +9,9 @@
 - two FSDP ranks make the step of one rank (adapters sharded with their layers), padded and packed;
 - ``reelrl export``: a full-tuning checkpoint as a bf16 HF model; a LoRA one as a peft adapter folder that
   peft loads onto the base, or merged into a bf16 HF model: the two give the same logits;
-- what cannot run is refused by name (QLoRA on the CPU, LoRA + warm start + KL, a checkpoint of the
-  other kind)."""
+- what cannot run is refused by name (LoRA + warm start + KL, a checkpoint of the other kind).
+
+QLoRA (``quantize: 4bit``): tests/trainer/test_qlora.py."""
 
 from __future__ import annotations
 
@@ -134,13 +135,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 
 def lora_config(world: World, **actor: Any) -> TrainConfig:
     return train_config(world, lora={**LORA, **actor.pop("lora", {})}, **actor)
-
-
-@pytest.mark.integration
-def test_qlora_on_the_cpu_is_refused_with_the_reason(world: World) -> None:
-    config = ActorConfig(model_path=str(world.model), lora={**LORA, "quantize": "4bit"})
-    with pytest.raises(ValueError, match="run on CUDA GPUs, not on cpu"):
-        PolicyModel(config, trainable=True, device="cpu")
 
 
 @pytest.mark.integration
