@@ -351,8 +351,12 @@ class PolicyModel:
     # -- offload ------------------------------------------------------------------------------------
 
     def parkable(self) -> dict[str, list[torch.Tensor | None]]:
-        """What :meth:`offload` can park, by kind: the weights (with the buffers)."""
-        return {"params": [*self.model.parameters(), *self.model.buffers()]}
+        """What :meth:`offload` can park, by kind: the weights (with the buffers, and a 4-bit weight's
+        quantisation constants, which are neither: QLoRA's absmax is an eighth of the packed bytes)."""
+        params = list(self.model.parameters())
+        states = [p.quant_state for p in params if lora.is_4bit(p)]
+        constants = [t for st in states for t in (st.absmax, st.code)]
+        return {"params": [*params, *self.model.buffers(), *constants]}
 
     def offload(self, kinds: Sequence[str] | None = None) -> dict[str, int]:
         """Park this rank's ``kinds`` (None: all of :meth:`parkable`) on the host until :meth:`reload`;

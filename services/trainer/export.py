@@ -90,8 +90,11 @@ def _export_model(source: Path | str, out: Path, *, lora: dict | None, adapter: 
     from services.trainer.actor import PolicyModel
     from services.trainer.config import ActorConfig
 
+    lora = dict(lora) if lora is not None else None
+    # QLoRA: the base re-quantised as training loaded it (lora.run_identity), else merged in fp32
+    compute = (lora or {}).pop("quantized_from", "float32")
     config = ActorConfig.model_validate(
-        {"model_path": str(source), "compute_dtype": "float32", "param_dtype": "float32", "lora": lora}
+        {"model_path": str(source), "compute_dtype": compute, "param_dtype": "float32", "lora": lora}
     )
     # trainable only so that the adapters are built (PolicyModel holds a frozen model without them);
     # nothing is stepped

@@ -29,6 +29,7 @@ from services.rollout.samples import RolloutGroup, continued_response
 from services.rollout.seeds import SeedKey
 from services.rollout.sources import ImageFiles, RealtimeSource, WithImages
 from services.trainer import checkpoints as ckpt
+from services.trainer import lora
 from services.trainer.ahead import BatchSchedule, behaviour_log_probs, load_pending, save_pending
 from services.trainer.algorithms import (
     KLMode,
@@ -286,7 +287,9 @@ class Trainer:
         self.rollout_log.discard_after(self.start_step)
         for step in ckpt.discard_after(self.output_dir, self.start_step):
             log.warning("removed checkpoint step %d: newer than the step this run resumes from", step)
-        if self.adapter_path is not None:  # the engine started from the base: give it base + adapters
+        # the engine started from the checkpoint's files: where the actor computes something else (a
+        # resumed LoRA run's adapters, QLoRA's NF4-rounded base), it gets the actor's weights first
+        if self.adapter_path is not None or lora.rounds_the_base(cfg.actor.lora):
             self._push_weights()
 
     def _stop_if_asked(self, phase: str) -> None:
@@ -769,8 +772,7 @@ class Trainer:
         }
 
     def _run_identity_lora(self) -> dict[str, Any] | None:
-        lora = self.config.actor.lora
-        return lora.model_dump(mode="json") if lora is not None else None
+        return lora.run_identity(self.config.actor)
 
     def _load_checkpoint(self, folder: Path) -> None:
         state = ckpt.read_state(folder)

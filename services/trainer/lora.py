@@ -139,7 +139,7 @@ def check_quantize(lora: Any, device: torch.device, world_size: int = 1) -> None
         # NF4's widest gap between levels is 0.304 of a block's absmax (1 here): no value moves more
         # than half of it
         error = float((bnb.dequantize_4bit(packed, state).float() - probe).abs().max())
-    except (RuntimeError, NotImplementedError) as exc:
+    except Exception as exc:  # whatever a backend raises: refused with its reason, not a traceback
         raise ValueError(
             f"actor.lora.quantize={lora.quantize}: bitsandbytes' 4-bit NF4 kernels do not run on "
             f"{device.type} here ({type(exc).__name__}: {exc}); drop quantize (plain LoRA) on this machine"
@@ -149,6 +149,25 @@ def check_quantize(lora: Any, device: torch.device, world_size: int = 1) -> None
             f"actor.lora.quantize={lora.quantize}: bitsandbytes' NF4 round trip on {device.type} is off by "
             f"{error:g} (at most 0.152 expected); drop quantize (plain LoRA) on this machine"
         )
+
+
+def run_identity(actor: Any) -> dict[str, Any] | None:
+    """``actor.lora`` as a checkpoint records it (None: full tuning). QLoRA adds the dtype the base was
+    quantised from (``quantized_from``: the compute dtype it loaded in): NF4 of a bf16 load and of an
+    fp32 load differ in their last bits, so a resume must load it the same way (refused otherwise) and
+    ``export --merge`` re-quantises it as training did."""
+    if actor.lora is None:
+        return None
+    identity = actor.lora.model_dump(mode="json")
+    if actor.lora.quantize is not None:
+        identity["quantized_from"] = actor.compute_dtype
+    return identity
+
+
+def rounds_the_base(lora: Any) -> bool:
+    """Whether the actor's base differs from the checkpoint an engine starts from (QLoRA: NF4-rounded),
+    so the engine must take the actor's weights before its first rollout."""
+    return lora is not None and lora.quantize is not None
 
 
 def quantization(compute_dtype: torch.dtype) -> Any:

@@ -226,6 +226,53 @@ def test_a_vllm_engine_fed_the_push_scores_like_the_qlora_actor(trained: Trained
     assert max(gaps) < ENGINE_TOLERANCE, gaps
 
 
+def _record_run(folder: Path, config: TrainConfig) -> None:
+    """The run identity the loop writes into a checkpoint's state (what export and resume read)."""
+    identity = {
+        "lora": lora.run_identity(config.actor),
+        "model": ckpt.model_identity(config.actor.model_path),
+    }
+    ckpt.write_state(folder, {"step": 1, "run": identity})
+
+
+def test_a_qlora_checkpoint_records_the_dtype_its_base_was_quantised_from(tmp_path: Path) -> None:
+    """NF4 of a bf16 load and of an fp32 load differ in their last bits: the checkpoint says which, a
+    resume in the other is refused, and plain LoRA records no such thing."""
+    from services.trainer.config import ActorConfig
+
+    qlora = ActorConfig(model_path="m", compute_dtype="bfloat16", lora=QLORA)
+    assert lora.run_identity(qlora)["quantized_from"] == "bfloat16"
+    plain = ActorConfig(model_path="m", lora={"rank": 8})
+    assert "quantized_from" not in lora.run_identity(plain)
+    assert lora.run_identity(ActorConfig(model_path="m")) is None
+    ckpt.write_state(tmp_path, {"step": 1, "run": {"lora": lora.run_identity(qlora)}})
+    ckpt.check_resume_lora(tmp_path, lora.run_identity(qlora))
+    fp32 = ActorConfig(model_path="m", compute_dtype="float32", lora=QLORA)
+    with pytest.raises(ckpt.ResumeMismatch, match="quantized_from"):
+        ckpt.check_resume_lora(tmp_path, lora.run_identity(fp32))
+
+
+@pytest.mark.integration
+def test_export_quantises_the_base_as_a_bf16_run_loaded_it(world: World, tmp_path: Path) -> None:
+    """A QLoRA run computing in bf16 quantised its base from a bf16 load; ``export --merge`` does the same
+    (it quantised from fp32 before, and the exported weights differed from the ones trained and served)."""
+    from transformers import AutoModelForImageTextToText
+
+    config = train_config(world, lora=QLORA, compute_dtype="bfloat16")
+    group = LocalActorGroup(config, str(world.model), world.store, config.effective_rollout())
+    try:
+        _update(group, world, config)
+        folder = tmp_path / "run" / "step_1"
+        group.save(folder)
+        _record_run(folder, config)
+        assert export_checkpoint(folder, tmp_path / "merged", merge=True) == "model"
+        state = AutoModelForImageTextToText.from_pretrained(tmp_path / "merged").state_dict()
+        for key, value in group.state_dict().items():
+            assert torch.equal(state[key], value.to(torch.bfloat16)), key
+    finally:
+        group.shutdown()
+
+
 @pytest.mark.integration
 def test_export_merges_onto_the_dequantised_base(trained: Trained, tmp_path: Path) -> None:
     """``reelrl export --merge`` of a QLoRA checkpoint (adapters only, as LoRA's): the base loaded in
@@ -239,13 +286,46 @@ def test_export_merges_onto_the_dequantised_base(trained: Trained, tmp_path: Pat
     assert (
         not (folder / ckpt.MODEL_DIR).exists() and (folder / ckpt.ADAPTER_DIR / lora.ADAPTER_FILE).is_file()
     )
-    identity = {
-        "lora": group.config.actor.lora.model_dump(mode="json"),
-        "model": ckpt.model_identity(group.config.actor.model_path),
-    }
-    ckpt.write_state(folder, {"step": 1, "run": identity})
+    _record_run(folder, group.config)
     assert export_checkpoint(folder, tmp_path / "merged", merge=True) == "model"
     assert "quantization_config" not in json.loads((tmp_path / "merged" / "config.json").read_text())
     state = AutoModelForImageTextToText.from_pretrained(tmp_path / "merged").state_dict()
     for key, value in group.state_dict().items():
         assert torch.equal(state[key], value.to(torch.bfloat16)), key
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_qlora_run_samples_its_first_step_from_the_actor_s_rounded_weights(
+    reelrl_home: Path, tmp_path: Path
+) -> None:
+    """The engine starts from the checkpoint's full-precision files, but the QLoRA actor's step-0 policy
+    is the NF4-rounded base: the loop pushes the actor's weights before the first rollout, so step 1's
+    tokens are scored by the engine as the actor scores them (``rollout_corr/kl`` ≈ 0; without the push
+    the two differed by ~0.03 nats a token on this model)."""
+    from services.trainer.loop import Trainer
+    from tests.trainer.loop_runs import colour_config, colour_task, step_metrics
+
+    data, model = colour_task(tmp_path)
+    values = {"actor.lora": "{rank: 8, alpha: 16, quantize: 4bit}", "trainer.total_steps": 1}
+    Trainer(colour_config(tmp_path / "run", data, model, **values)).fit()
+    first = step_metrics(tmp_path / "run", 1)
+    assert abs(first["rollout_corr/kl"]) < 1e-5, first["rollout_corr/kl"]
+
+
+@pytest.mark.integration
+def test_a_parked_qlora_actor_frees_its_constants_too_and_comes_back_bit_for_bit(trained: Trained) -> None:
+    """Around a colocated engine's generation the 4-bit weights' absmax and code leave with the packed
+    bytes (they are neither parameters nor buffers), and the actor scores as before once back."""
+    group = trained.group
+    actor = group.actor
+    states = [p.quant_state for p in actor.model.parameters() if lora.is_4bit(p)]
+    assert states
+    before = group.log_probs(temperature=1.0)
+    freed = group.offload()
+    assert all(st.absmax.untyped_storage().nbytes() == 0 for st in states)
+    assert freed["params"] > 0
+    group.reload()
+    assert all(st.absmax.untyped_storage().nbytes() > 0 for st in states)
+    after = group.log_probs(temperature=1.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
