@@ -69,4 +69,12 @@ if [ "${CI:-}" = true ] && [ $# -eq 0 ]; then
     export REELRL_TEST_TWIN_RAN="$logs/twin_ran.txt"
 fi
 # The 15 slowest tests close the report, so a suite that grows shows where its time went.
-exec "${pytest[@]}" --durations=15 "$@"
+if [ $# -gt 0 ]; then
+    exec "${pytest[@]}" --durations=15 "$@"
+fi
+"${pytest[@]}" --durations=15 -m "not deploy"
+# The deploy tier (tests/deploy/stack, marker `deploy`): the compose stack on a Docker daemon of its own,
+# with a 4 GB image built once per machine. It runs alone, after the rest, so nothing else heavy shares the
+# cores with its build and its ten containers (docs/deploy.md).
+echo "[test] the deploy tier: the docker-compose stack for real (tests/deploy/stack)" >&2
+exec "${single[@]}" --durations=5 -m deploy tests/deploy/stack

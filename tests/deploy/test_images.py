@@ -112,11 +112,14 @@ def test_cpu_image_builds_its_environment_like_ci():
     copied = " ".join(args for keyword, args in steps if keyword == "COPY")
     assert "requirements/" in copied and "scripts/bootstrap.sh" in copied
     env = " ".join(args for keyword, args in steps if keyword == "ENV")
+    build_args = " ".join(args for keyword, args in steps if keyword == "ARG")
     runs = [args for keyword, args in steps if keyword == "RUN"]
     assert any("REELRL_VENV=/opt/reelrl/venv bash scripts/bootstrap.sh" in run for run in runs)
-    # The lock pins torch's +cpu build, which only PyTorch's CPU index serves.
+    # The lock pins torch's +cpu build, which only PyTorch's CPU index serves (by default: a build
+    # argument, so a network without it can name its own, tests/deploy/stack).
     assert "torch==" in (ROOT / "requirements" / "cpu-lock.txt").read_text()
-    assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in env
+    assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in build_args
+    assert "PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL}" in env
 
 
 def test_cuda_image_installs_the_gpu_extra_with_the_gpu_lock_and_ci_installers():
