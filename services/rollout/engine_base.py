@@ -91,7 +91,7 @@ class EngineBase:
         #: the workers counts too: their weights are undefined then). Every response records the
         #: version(s) that produced its tokens.
         self.weight_version = 0
-        self._sleep_level: int | None = None  # level of the current sleep, None when awake
+        self._sleep_level: int | None = None  # level of the last sleep (read while it lasts)
         self._asleep: tuple[str, ...] = ()  # the sleep tags still released (a wake-up may be partial)
         self._said_no_sleep = False
         self._weights_discarded = False  # by a level-2 sleep, until the next push
@@ -198,7 +198,7 @@ class EngineBase:
             raise ValueError(
                 f"sleep level must be 1 (offload weights, drop KV cache) or 2 (drop both), got {level}"
             )
-        if self._sleep_level is not None:
+        if self._asleep:
             raise RuntimeError(
                 f"the engine is already asleep (level {self._sleep_level}); call wake_up() first"
             )
@@ -229,12 +229,10 @@ class EngineBase:
 
     def _woke(self, tags: Sequence[str]) -> None:
         self._asleep = tuple(t for t in self._asleep if t not in tags)
-        if not self._asleep:
-            self._sleep_level = None
 
     @property
     def sleeping(self) -> bool:
-        return self._sleep_level is not None
+        return bool(self._asleep)
 
     def _check_ready(self, action: str) -> None:
         """Refuse ``action`` while asleep (a push needs only the weights awake), and generation after a

@@ -380,10 +380,13 @@ class PolicyModel:
         returns the bytes."""
         return sum(self._host[k].restore() for k in (kinds or list(self._host)) if k in self._host)
 
+    def parked_kinds(self) -> list[str]:
+        """The kinds :meth:`offload` parked that are still on the host."""
+        return [k for k, copies in self._host.items() if copies.parked]
+
     @property
     def parked(self) -> bool:
-        """Whether anything :meth:`offload` parked is still on the host."""
-        return any(copies.parked for copies in self._host.values())
+        return bool(self.parked_kinds())
 
     # -- weights --------------------------------------------------------------------------------------
 

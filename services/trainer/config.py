@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from services.common.frames.params import VideoParams
 from services.common.trackers import MlflowConfig, WandbConfig
 from services.reward.config import RewardConfig
-from services.rollout.config import RolloutConfig
+from services.rollout.config import RolloutConfig, sleep_level
 from services.trainer.algorithms.config import AlgorithmConfig, validate_algorithm
 
 
@@ -110,6 +110,18 @@ class LoraConfig(_Section):
         None,
         description="QLoRA: the language model's frozen linear layers in 4-bit NF4 (bitsandbytes; CUDA or "
         "CPU; actor.world_size 1)",
+    )
+
+
+def qlora_ranks_problem(lora: LoraConfig | None, world_size: int) -> str | None:
+    """Why QLoRA cannot run on ``world_size`` ranks (None: it can): checked when the config loads and
+    again by the actor against the ranks it really joined."""
+    if lora is None or not lora.quantize or world_size <= 1:
+        return None
+    return (
+        f"actor.lora.quantize={lora.quantize} runs on one rank (actor.world_size: 1), not {world_size}: "
+        "FSDP2 cannot shard bitsandbytes' packed 4-bit weights with their quantisation state; use plain "
+        "LoRA (quantize: null) across ranks"
     )
 
 
@@ -240,12 +252,9 @@ class ActorConfig(_Section):
 
     @model_validator(mode="after")
     def _qlora_one_rank(self) -> ActorConfig:
-        if self.lora is not None and self.lora.quantize and self.world_size > 1:
-            raise ValueError(
-                f"actor.lora.quantize={self.lora.quantize} runs on one rank (actor.world_size: 1), not "
-                f"{self.world_size}: FSDP2 cannot shard bitsandbytes' packed 4-bit weights with their "
-                "quantisation state; use plain LoRA (quantize: null) across ranks"
-            )
+        problem = qlora_ranks_problem(self.lora, self.world_size)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -548,11 +557,8 @@ def fleet_problems(config: TrainConfig) -> list[str]:
             "rollout.engine.in_process (a fleet's engines run in processes of their own)"
         )
     engine = rollout.engine
-    if (
-        rollout.placement in ("driver", "disaggregated")
-        and engine.sleep_level
-        and not engine.enable_sleep_mode
-    ):
+    placed = rollout.placement in ("driver", "disaggregated")
+    if placed and engine.sleep_level and sleep_level(engine, rollout.placement) is None:
         problems.append(
             f"rollout.engine.sleep_level={engine.sleep_level} with rollout.placement={rollout.placement}: "
             "engines there sleep only with rollout.engine.enable_sleep_mode: true; set it, or drop sleep_level"

@@ -261,14 +261,14 @@ class LocalActorGroup:
             moved += self.reference.reload()
         return moved
 
-    @property
-    def parked(self) -> bool:
-        return self.actor.parked or (self.reference is not None and self.reference.parked)
-
     def parked_kinds(self) -> tuple[list[str], bool]:
         """The actor's kinds parked now, and whether the reference is."""
-        kinds = [k for k, copies in self.actor._host.items() if copies.parked]
-        return kinds, self.reference is not None and self.reference.parked
+        return self.actor.parked_kinds(), self.reference is not None and self.reference.parked
+
+    @property
+    def parked(self) -> bool:
+        kinds, reference = self.parked_kinds()
+        return bool(kinds) or reference
 
     def resident(self) -> None:
         """Everything parked back on the device (a no-op when nothing is)."""

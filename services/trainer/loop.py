@@ -240,7 +240,7 @@ class Trainer:
         self.resume_from = ckpt.resolve_resume(self.output_dir, cfg.trainer.resume)
         if self.resume_from is not None:  # before config.yaml records a model the run would not train
             ckpt.check_resume_model(self.resume_from, cfg.actor.model_path)
-            ckpt.check_resume_lora(self.resume_from, self._run_identity_lora())
+            ckpt.check_resume_lora(self.resume_from, lora.run_identity(self.config.actor))
         (self.output_dir / "config.yaml").write_text(dump_config(cfg))
         # a checkpoint's model/, or with actor.lora the base and the checkpoint's adapter/
         model_path, self.adapter_path = ckpt.start_weights(
@@ -768,11 +768,8 @@ class Trainer:
             "off_policy_steps": cfg.trainer.off_policy_steps,  # a lagging batch's ratio differs
             "model": ckpt.model_identity(cfg.actor.model_path),  # resuming trains the checkpoint's model
             # adapters of another shape cannot be loaded, nor full weights continued as adapters
-            "lora": self._run_identity_lora(),
+            "lora": lora.run_identity(self.config.actor),
         }
-
-    def _run_identity_lora(self) -> dict[str, Any] | None:
-        return lora.run_identity(self.config.actor)
 
     def _load_checkpoint(self, folder: Path) -> None:
         state = ckpt.read_state(folder)

@@ -40,6 +40,8 @@ from typing import Any
 
 import torch
 
+from services.trainer.config import qlora_ranks_problem
+
 ADAPTER = "default"  # peft's adapter name: one adapter per model
 BASE = ".base_layer"
 #: every linear layer of a vision block, in each family: attention (qkv, proj) and MLP (Qwen2-VL's
@@ -120,12 +122,9 @@ def check_quantize(lora: Any, device: torch.device, world_size: int = 1) -> None
     shard bitsandbytes' packed ``Params4bit`` as plain bytes and lose their quantisation state."""
     if lora.quantize is None:
         return
-    if world_size > 1:
-        raise ValueError(
-            f"actor.lora.quantize={lora.quantize} runs on one rank (actor.world_size: 1), not {world_size}: "
-            "FSDP2 cannot shard bitsandbytes' packed 4-bit weights with their quantisation state; use plain "
-            "LoRA (quantize: null) across ranks"
-        )
+    problem = qlora_ranks_problem(lora, world_size)
+    if problem:
+        raise ValueError(problem)
     try:
         import bitsandbytes.functional as bnb
     except ImportError as exc:

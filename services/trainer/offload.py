@@ -107,8 +107,7 @@ def own_storage(model: torch.nn.Module, device: torch.device | str | None = None
     here = None if device is None else torch.device(device)
 
     def owned(tensor: torch.Tensor) -> bool:
-        data = local(tensor)
-        return (here is not None and data.device.type != here.type) or data.untyped_storage().resizable()
+        return (here is not None and local(tensor).device.type != here.type) or owns_its_bytes(tensor)
 
     with torch.no_grad():
         for param in model.parameters():
@@ -126,8 +125,14 @@ def own_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     is where device and dtype already match (every ``step`` counter, and on the CPU the moments too)."""
     for state in optimizer.state.values():
         for key, value in list(state.items()):
-            if isinstance(value, torch.Tensor) and not local(value).untyped_storage().resizable():
+            if isinstance(value, torch.Tensor) and not owns_its_bytes(value):
                 state[key] = value.clone()
+
+
+def owns_its_bytes(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s storage can be emptied and grown again (:class:`HostCopies` parks only such
+    storages): not a mapped file's, numpy's or pinned memory."""
+    return local(tensor).untyped_storage().resizable()
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
