@@ -103,6 +103,8 @@ def main(model_path: str, out: Path) -> None:
     try:
         (layout,) = engine.llm.collective_rpc(tp_layout)
         segments = shm_segments(layout["dist_ident"], layout)
+        # named at once, so the test removes these (and nothing another run made) if a rank dies
+        (out / f"segments_rank{rank}.txt").write_text("\n".join(segments))
         old = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).eval()
         new = copy.deepcopy(old)
         generator = torch.Generator().manual_seed(7)  # the same on every rank, as an update would be

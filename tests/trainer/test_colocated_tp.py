@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,6 @@ def test_two_ranks_host_one_tp2_engine_and_each_loads_its_slice(tmp_path: Path) 
     out = tmp_path / "out"
     out.mkdir()
     command = torchrun("tests.trainer.colocated_tp_rank", model, out)
-    started = time.time() - 1.0  # file times come from a coarser clock
     proc = subprocess.Popen(
         command, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
@@ -47,7 +45,7 @@ def test_two_ranks_host_one_tp2_engine_and_each_loads_its_slice(tmp_path: Path) 
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     finally:
         _stop_group(proc)
-        leaked = _unlink_leaked_segments(since=started)
+        leaked = _unlink_leaked_segments(out)
     hint = "" if NAME_TAKEN not in stderr else NAME_TAKEN_HINT
     assert proc.returncode == 0, stdout[-3000:] + stderr[-6000:] + hint
     assert not leaked, f"the ranks left shared-memory segments behind: {leaked}"
@@ -96,10 +94,12 @@ def _stop_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _unlink_leaked_segments(since: float) -> list[str]:
-    """vLLM's CPU communicator segments (``*cpushm_*``) made since ``since`` that no process maps any
-    more: a rank killed mid-run cannot unlink its own, and a leftover of the same name stops every later
-    TP group of the same ranks on this host. Removes them and returns their names."""
+def _unlink_leaked_segments(out: Path) -> list[str]:
+    """The shared-memory segments this run's ranks named (``OUT/segments_rank*.txt``, written as soon as
+    their engine started; vLLM's CPU communicator, one per rank) that no process maps any more: a rank
+    killed mid-run cannot unlink its own. Removes them and returns their names; no other segment on
+    the host is touched."""
+    named = {n for f in out.glob("segments_rank*.txt") for n in f.read_text().split()}
     mapped: set[str] = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
         try:
@@ -108,11 +108,13 @@ def _unlink_leaked_segments(since: float) -> list[str]:
         except (OSError, IndexError):
             continue
     leaked = []
-    for segment in SHM.glob("*cpushm_*"):
+    for name in sorted(named):
+        segment = SHM / name
+        if str(segment) in mapped:
+            continue
         try:
-            if segment.stat().st_ctime >= since and str(segment) not in mapped:
-                segment.unlink()
-                leaked.append(segment.name)
+            segment.unlink()
+            leaked.append(name)
         except FileNotFoundError:
             continue
     return leaked
